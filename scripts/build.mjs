@@ -1,0 +1,39 @@
+#!/usr/bin/env node
+// Build everything meshcap ships, incrementally: vmlinux.h (bpftool), the BPF
+// objects (make + clang), the N-API addon and the static CNI forwarder
+// (cmake-js), the TypeScript (tsc --incremental). Each step is a no-op when
+// its inputs did not change, so a second `npm run setup` takes seconds.
+import { execa } from 'execa';
+import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const build = path.join(root, 'build');
+mkdirSync(build, { recursive: true });
+const run = (cmd, args, opts = {}) => execa(cmd, args, { cwd: root, stdio: 'inherit', ...opts });
+
+// 1. vmlinux.h: the CO-RE type source. Generated from this machine's kernel
+//    BTF once; CO-RE relocations adapt the objects to the kernel they load on.
+const vmlinux = path.join(build, 'vmlinux.h');
+if (!existsSync(vmlinux)) {
+  const btf = '/sys/kernel/btf/vmlinux';
+  if (!existsSync(btf)) throw new Error(`build: ${btf} is missing: this kernel has no BTF, cannot generate vmlinux.h`);
+  const { stdout } = await execa('bpftool', ['btf', 'dump', 'file', btf, 'format', 'c'], { maxBuffer: 256 << 20 });
+  const { writeFileSync } = await import('node:fs');
+  writeFileSync(vmlinux + '.tmp', stdout);
+  await execa('mv', [vmlinux + '.tmp', vmlinux]);
+  console.log(`build: generated ${path.relative(root, vmlinux)} (${(statSync(vmlinux).size >> 10)} KiB)`);
+}
+
+// 2. BPF objects.
+await run('make', ['-s', '-C', 'bpf', `OUT=${path.join(build, 'bpf')}`, `VMLINUX=${vmlinux}`]);
+
+// 3. Native: addon + CNI forwarder. cmake-js uses node-api-headers (package.json
+//    "binary.napi_versions"), so nothing is downloaded.
+await run('npx', ['--no-install', 'cmake-js', 'compile', '--log-level', 'error',
+  '-d', 'native', '-O', path.join(build, 'native')], { stdio: ['ignore', 'ignore', 'inherit'] });
+
+// 4. TypeScript.
+await run('npx', ['--no-install', 'tsc', '-p', 'tsconfig.json']);
+console.log('build: ok');

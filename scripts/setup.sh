@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One idempotent setup: Debian packages, npm dependencies, BPF objects, the
+# native addon and CNI binary, the TypeScript. A second run with nothing
+# changed does no installs and no rebuilds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Everything the build, the tests and the sandbox need from Debian.
+# (package -> why) kept in one list so setup and the README agree.
+PKGS=(
+  clang llvm            # BPF C -> .bpf.o (clang -target bpf), llvm-strip
+  libbpf-dev            # libbpf headers + static/shared lib for the addon
+  bpftool               # vmlinux.h generation, independent observer in tests
+  libelf-dev zlib1g-dev # libbpf link deps
+  cmake make g++ pkg-config
+  libjansson-dev        # JSON in the static CNI forwarder
+  iptables iproute2     # fallback datapath, netns plumbing
+  socat                 # third-party SO_ORIGINAL_DST proxy in tests (redir too)
+  redir
+  util-linux            # setpriv/unshare/nsenter
+  procps psmisc
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  if [ "$(id -u)" != 0 ]; then echo "setup: need root to apt-get install ${missing[*]}" >&2; exit 1; fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# npm ci only when the lockfile changed since the last install.
+stamp=node_modules/.meshcap-lock.sha256
+want=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+  echo "$want" > "$stamp"
+fi
+
+node scripts/build.mjs
