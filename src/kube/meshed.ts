@@ -1,0 +1,162 @@
+// The meshed-pod decision: does this pod get its traffic redirected to a
+// sidecar, and with which profile?
+//
+// The Istio test follows istio-cni's sidecar-mode CmdAdd (cni/pkg/plugin/
+// plugin.go + getK8sPodInfo in kubernetes.go), in the same order, so a pod
+// that istio-cni would skip is skipped here too, for the same reason. The
+// Linkerd test follows linkerd2-proxy-init's cni-plugin (cmdAdd).
+//
+// Deliberate differences, each safer for an operator:
+// - interceptionMode NONE: istio-cni fails the ADD ("interceptionMode
+//   invalid"); Istio's injector treats NONE as "capture nothing", so we report
+//   the pod as not meshed. Any other unknown mode is left to the redirect
+//   config parser, which rejects it with the annotation name.
+// - hostNetwork pods share the node's network namespace and are never
+//   redirected (the injector never injects them; the CNI is normally not even
+//   called for them, but a reconcile loop may ask).
+import type { V1Container, V1Pod } from '@kubernetes/client-node';
+
+export type MeshProfile = 'istio' | 'linkerd';
+
+export type MeshDecision =
+  | { meshed: true; profile: MeshProfile }
+  | { meshed: false; reason: string };
+
+export interface MeshedOptions {
+  /** Namespaces whose pods are never redirected (istio-cni `exclude_namespaces`). */
+  excludeNamespaces?: readonly string[];
+}
+
+/** istio-cni's Helm default for `cni.excludeNamespaces`. */
+export const DEFAULT_EXCLUDE_NAMESPACES: readonly string[] = ['kube-system'];
+
+export const ISTIO_PROXY = 'istio-proxy';
+export const ISTIO_INIT = 'istio-init';
+export const LINKERD_PROXY = 'linkerd-proxy';
+export const LINKERD_INIT = 'linkerd-init';
+
+const ANN_ISTIO_INJECT = 'sidecar.istio.io/inject';
+const LABEL_ISTIO_INJECT = 'sidecar.istio.io/inject';
+const ANN_ISTIO_STATUS = 'sidecar.istio.io/status';
+const ANN_ISTIO_INTERCEPTION = 'sidecar.istio.io/interceptionMode';
+const LABEL_AMBIENT = 'istio.io/dataplane-mode';
+const ANN_LINKERD_INJECT = 'linkerd.io/inject';
+
+/**
+ * The reason a namespace is excluded, or undefined. Exposed separately so the
+ * agent can answer an ADD for an excluded namespace without waiting for the
+ * pod object (istio-cni checks this before fetching the pod, too).
+ */
+export function namespaceExclusion(namespace: string, opts: MeshedOptions = {}): string | undefined {
+  const excluded = opts.excludeNamespaces ?? DEFAULT_EXCLUDE_NAMESPACES;
+  return excluded.includes(namespace) ? `namespace ${namespace} is excluded` : undefined;
+}
+
+export function decideMeshed(pod: V1Pod, opts: MeshedOptions = {}): MeshDecision {
+  const namespace = pod.metadata?.namespace || 'default';
+  const nsReason = namespaceExclusion(namespace, opts);
+  if (nsReason) return notMeshed(nsReason);
+
+  if (pod.spec?.hostNetwork) {
+    return notMeshed('pod uses hostNetwork: it shares the node network namespace and is never redirected');
+  }
+
+  // Init containers count too: istio-init is one, and since Kubernetes 1.28
+  // the proxy itself may be a native sidecar (an init container with
+  // restartPolicy Always).
+  const containers = [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])];
+  const names = new Set(containers.map((c) => c.name));
+  const annotations = pod.metadata?.annotations ?? {};
+
+  const looksIstio = names.has(ISTIO_PROXY) || names.has(ISTIO_INIT) || ANN_ISTIO_STATUS in annotations;
+  if (looksIstio) return decideIstio(pod, containers, names);
+
+  const looksLinkerd = names.has(LINKERD_PROXY) || names.has(LINKERD_INIT);
+  if (looksLinkerd) return decideLinkerd(pod, names);
+
+  const ambient = pod.metadata?.labels?.[LABEL_AMBIENT];
+  if (ambient === 'ambient') {
+    return notMeshed(`pod is enrolled in Istio ambient mode (${LABEL_AMBIENT}=ambient) and has no sidecar: ztunnel handles it`);
+  }
+  return notMeshed(`no ${ISTIO_PROXY} or ${LINKERD_PROXY} container (containers: ${listNames(names)})`);
+}
+
+function decideIstio(pod: V1Pod, containers: V1Container[], names: Set<string>): MeshDecision {
+  const annotations = pod.metadata?.annotations ?? {};
+  const labels = pod.metadata?.labels ?? {};
+
+  if (names.has(ISTIO_INIT)) {
+    return notMeshed(`${ISTIO_INIT} init container present: the init container configures redirection`);
+  }
+
+  const proxy = containers.find((c) => c.name === ISTIO_PROXY);
+  // istio-cni reads env values literally; valueFrom entries have no value.
+  const disableEnvoy = proxy?.env?.find((e) => e.name === 'DISABLE_ENVOY')?.value;
+  if (disableEnvoy !== undefined && goParseBool(disableEnvoy) === true) {
+    return notMeshed(`DISABLE_ENVOY=${disableEnvoy} on the ${ISTIO_PROXY} container: Envoy is not running`);
+  }
+
+  if (!proxy) {
+    return notMeshed(`no ${ISTIO_PROXY} container (containers: ${listNames(names)})`);
+  }
+
+  // `pilot-agent proxy router` is a gateway, not a sidecar.
+  const args = proxy.args ?? [];
+  if (args.length >= 2 && args[0] === 'proxy' && args[1] !== 'sidecar') {
+    return notMeshed(`${ISTIO_PROXY} runs as proxy type "${args[1]}", not a sidecar`);
+  }
+
+  // The label is the newer API and wins over the annotation, as in istio-cni.
+  const fromLabel = LABEL_ISTIO_INJECT in labels;
+  const inject = fromLabel ? labels[LABEL_ISTIO_INJECT] : annotations[ANN_ISTIO_INJECT];
+  if (inject && goParseBool(inject) === false) {
+    return notMeshed(`${fromLabel ? 'label' : 'annotation'} ${ANN_ISTIO_INJECT}="${inject}" disables injection`);
+  }
+
+  if (!(ANN_ISTIO_STATUS in annotations)) {
+    return notMeshed(`annotation ${ANN_ISTIO_STATUS} is missing: the pod was not injected by Istio`);
+  }
+
+  if (annotations[ANN_ISTIO_INTERCEPTION] === 'NONE') {
+    return notMeshed(`annotation ${ANN_ISTIO_INTERCEPTION}=NONE: the proxy captures no traffic`);
+  }
+
+  return { meshed: true, profile: 'istio' };
+}
+
+function decideLinkerd(pod: V1Pod, names: Set<string>): MeshDecision {
+  if (names.has(LINKERD_INIT)) {
+    return notMeshed(`${LINKERD_INIT} init container present: the init container configures redirection`);
+  }
+  if (!names.has(LINKERD_PROXY)) {
+    return notMeshed(`no ${LINKERD_PROXY} container (containers: ${listNames(names)})`);
+  }
+  const inject = pod.metadata?.annotations?.[ANN_LINKERD_INJECT];
+  if (inject === 'disabled') {
+    return notMeshed(`annotation ${ANN_LINKERD_INJECT}=disabled`);
+  }
+  return { meshed: true, profile: 'linkerd' };
+}
+
+function notMeshed(reason: string): MeshDecision {
+  return { meshed: false, reason };
+}
+
+function listNames(names: Set<string>): string {
+  return names.size ? [...names].sort().join(', ') : 'none';
+}
+
+/**
+ * Go's strconv.ParseBool, which istio-cni uses for these values: undefined
+ * when the value is not a boolean (istio-cni then ignores it).
+ */
+export function goParseBool(value: string): boolean | undefined {
+  switch (value) {
+    case '1': case 't': case 'T': case 'TRUE': case 'true': case 'True':
+      return true;
+    case '0': case 'f': case 'F': case 'FALSE': case 'false': case 'False':
+      return false;
+    default:
+      return undefined;
+  }
+}
