@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Inbound capture with sk_lookup, attached to each meshed pod's netns: a new
+ * TCP connection to a captured port is given to the proxy's inbound listener
+ * (registered in mc_listen by sockops) without rewriting any packet, so the
+ * accepted socket's local address is the original destination (TPROXY
+ * semantics; cgroup/getsockopt answers SO_ORIGINAL_DST from it for REDIRECT
+ * mode). Follows ISTIO_INBOUND: 15008 never captured, excludeInboundPorts,
+ * includeInboundPorts '*' or a list; traffic originating inside the pod (from
+ * loopback or its own addresses) is never captured.
+ */
+#include "mc_common.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* sk_lookup programs cannot call bpf_get_netns_cookie, and each instance is
+ * attached to exactly one netns: the agent loads one instance per pod with
+ * the pod's netns cookie set here. */
+const volatile __u64 mc_netns = 0;
+
+SEC("sk_lookup")
+int mc_inbound(struct bpf_sk_lookup *ctx)
+{
+	__u8 local[16], remote[16];
+	struct mc_listen_key k = {};
+	struct bpf_sock *sk;
+	struct mc_pod *pod;
+	__u64 netns;
+	__u16 port;
+	long err;
+
+	if (ctx->protocol != IPPROTO_TCP)
+		return SK_PASS;
+	netns = mc_netns;
+	pod = mc_pod_of(netns);
+	if (!pod || !(pod->flags & MC_F_IN_CAPTURE))
+		return SK_PASS;
+	/* Read every address field up front: clang otherwise merges the v4 and
+	 * v6 paths into a modified ctx pointer, which the verifier refuses. */
+	__u32 l4 = ctx->local_ip4, r4 = ctx->remote_ip4;
+	__u32 l6[4] = { ctx->local_ip6[0], ctx->local_ip6[1], ctx->local_ip6[2], ctx->local_ip6[3] };
+	__u32 r6[4] = { ctx->remote_ip6[0], ctx->remote_ip6[1], ctx->remote_ip6[2], ctx->remote_ip6[3] };
+	if (ctx->family == AF_INET) {
+		mc_v4mapped(local, l4);
+		mc_v4mapped(remote, r4);
+	} else {
+		if (!(pod->flags & MC_F_IPV6))
+			return SK_PASS;
+		__builtin_memcpy(local, l6, 16);
+		__builtin_memcpy(remote, r6, 16);
+	}
+	/* PREROUTING never sees the pod's own traffic: leave loopback/own alone. */
+	if (mc_is_loopback(local) || mc_is_loopback(remote) || mc_is_pod_addr(pod, remote))
+		return SK_PASS;
+	port = (__u16)ctx->local_port;
+	if (port == pod->tunnel_port || port == pod->inbound_port)
+		return SK_PASS;
+	if (mc_port_in(netns, port, MC_PORT_IN_EXCLUDE))
+		return SK_PASS;
+	if (!(pod->flags & MC_F_IN_ALL) && !mc_port_in(netns, port, MC_PORT_IN_INCLUDE))
+		return SK_PASS;
+
+	k.netns = netns;
+	k.port = pod->inbound_port;
+	k.family = ctx->family == AF_INET ? 4 : 6;
+	sk = bpf_map_lookup_elem(&mc_listen, &k);
+	if (!sk && ctx->family == AF_INET) {
+		k.family = 6; /* a dual-stack [::] listener takes v4 too */
+		sk = bpf_map_lookup_elem(&mc_listen, &k);
+	}
+	/* Captured but no proxy listening: refuse rather than bypass the proxy,
+	 * as a REDIRECT to a closed port would. */
+	if (!sk)
+		return SK_DROP;
+	err = bpf_sk_assign(ctx, sk, 0);
+	bpf_sk_release(sk);
+	if (err)
+		return SK_DROP;
+	MC_STAT_INC(netns, inbound);
+	return SK_PASS;
+}

@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Small helpers shared by the meshcap BPF programs. */
+#ifndef MC_COMMON_H
+#define MC_COMMON_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "meshcap.h"
+
+#define AF_INET 2
+#define AF_INET6 10
+#define SOCK_STREAM 1
+#define SOCK_DGRAM 2
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+#define SOL_IP 0
+#define SOL_IPV6 41
+#define SO_ORIGINAL_DST 80
+#define IP6T_SO_ORIGINAL_DST 80
+#define DNS_PORT 53
+
+#define MC_INLINE static __always_inline
+
+MC_INLINE void mc_v4mapped(__u8 out[16], __u32 ip4_be)
+{
+	__builtin_memset(out, 0, 10);
+	out[10] = 0xff;
+	out[11] = 0xff;
+	__builtin_memcpy(out + 12, &ip4_be, 4);
+}
+
+MC_INLINE void mc_v6copy(__u8 out[16], const __u32 ip6[4])
+{
+	__builtin_memcpy(out, ip6, 16);
+}
+
+MC_INLINE bool mc_is_v4mapped(const __u8 a[16])
+{
+	const __u32 *w = (const __u32 *)a;
+	return w[0] == 0 && w[1] == 0 && w[2] == bpf_htonl(0x0000ffff);
+}
+
+/* 127.0.0.0/8 or ::1 or ::ffff:127.0.0.0/104 */
+MC_INLINE bool mc_is_loopback(const __u8 a[16])
+{
+	const __u32 *w = (const __u32 *)a;
+	if (mc_is_v4mapped(a))
+		return a[12] == 127;
+	return w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == bpf_htonl(1);
+}
+
+MC_INLINE struct mc_pod *mc_pod_of(__u64 netns)
+{
+	return bpf_map_lookup_elem(&mc_pods, &netns);
+}
+
+/* Is addr one of the pod's own addresses (its traffic would leave via lo)? */
+MC_INLINE bool mc_is_pod_addr(const struct mc_pod *pod, const __u8 a[16])
+{
+	if (mc_is_v4mapped(a)) {
+		__u32 ip;
+		__builtin_memcpy(&ip, a + 12, 4);
+#pragma unroll
+		for (int i = 0; i < MC_POD_ADDRS; i++) {
+			__u32 p;
+			__builtin_memcpy(&p, pod->addr4[i], 4);
+			if (i < pod->n_addr4 && p == ip)
+				return true;
+		}
+		return false;
+	}
+	const __u64 *q = (const __u64 *)a;
+#pragma unroll
+	for (int i = 0; i < MC_POD_ADDRS; i++) {
+		const __u64 *p = (const __u64 *)pod->addr6[i];
+		if (i < pod->n_addr6 && p[0] == q[0] && p[1] == q[1])
+			return true;
+	}
+	return false;
+}
+
+MC_INLINE bool mc_port_in(__u64 netns, __u16 port, __u8 kind)
+{
+	struct mc_port_key k = {};
+	k.netns = netns;
+	k.port = port;
+	k.kind = kind;
+	return bpf_map_lookup_elem(&mc_ports, &k) != NULL;
+}
+
+/* kind4 is used for v4 (and v4-mapped) addresses, kind4 + 2 for v6. */
+MC_INLINE bool mc_cidr_match(__u64 netns, const __u8 a[16], __u8 kind4)
+{
+	struct mc_cidr_key k = {};
+	k.netns = netns;
+	if (mc_is_v4mapped(a)) {
+		k.kind = kind4;
+		k.prefixlen = MC_CIDR_KEY_BITS + 32;
+		__builtin_memcpy(k.addr, a + 12, 4);
+	} else {
+		k.kind = kind4 + 2;
+		k.prefixlen = MC_CIDR_KEY_BITS + 128;
+		__builtin_memcpy(k.addr, a, 16);
+	}
+	return bpf_map_lookup_elem(&mc_cidrs, &k) != NULL;
+}
+
+#define MC_STAT_INC(netns, field)                                        \
+	do {                                                             \
+		__u64 __n = (netns);                                     \
+		struct mc_stats *__s = bpf_map_lookup_elem(&mc_stats, &__n); \
+		if (__s)                                                 \
+			__sync_fetch_and_add(&__s->field, 1);            \
+	} while (0)
+
+#endif /* MC_COMMON_H */

@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * meshcap: structs and maps shared by every BPF object and mirrored by the
+ * TypeScript codecs in src/maps/layout.ts (a test compares both with the BTF
+ * of the compiled objects, so change them together).
+ *
+ * Every object defines the maps it uses from this header; the loader pins
+ * maps by name, so all objects share one instance of each.
+ *
+ * Conventions: ports are host byte order; addresses are 16 bytes with IPv4
+ * stored IPv4-mapped (::ffff:a.b.c.d) so v4, v6 and v4-mapped-v6 sockets use
+ * one key shape; a pod is its network namespace cookie.
+ */
+#ifndef MESHCAP_H
+#define MESHCAP_H
+
+#define MC_MAX_PODS 16384
+#define MC_MAX_CIDRS 65536
+#define MC_MAX_PORTS 65536
+#define MC_MAX_CONNS 262144 /* in-flight connect->accept handoffs */
+#define MC_MAX_SPLICE 131072
+#define MC_MAX_LISTEN 32768
+#define MC_POD_ADDRS 4
+
+/* mc_pod.flags */
+#define MC_F_OUT_ALL4 (1u << 0)   /* includeOutboundIPRanges '*' (v4) */
+#define MC_F_OUT_ALL6 (1u << 1)   /* includeOutboundIPRanges '*' (v6) */
+#define MC_F_IN_CAPTURE (1u << 2) /* inbound capture on (includeInboundPorts not empty) */
+#define MC_F_IN_ALL (1u << 3)     /* includeInboundPorts '*' */
+#define MC_F_DNS (1u << 4)        /* redirect DNS to dns_port */
+#define MC_F_DNS_ALL (1u << 5)    /* capture all DNS, not only the listed servers */
+#define MC_F_TPROXY (1u << 6)     /* interceptionMode TPROXY */
+#define MC_F_IPV6 (1u << 7)       /* capture IPv6 too (istio EnableIPv6) */
+
+struct mc_pod {
+	__u16 outbound_port; /* 15001 */
+	__u16 inbound_port;  /* 15006 */
+	__u16 tunnel_port;   /* 15008, 0 = none */
+	__u16 dns_port;      /* 15053 */
+	__u32 proxy_uid;     /* 1337 */
+	__u32 proxy_gid;     /* 1337 */
+	__u32 flags;         /* MC_F_* */
+	__u8 n_addr4;
+	__u8 n_addr6;
+	__u8 pad[2];
+	__u8 addr4[MC_POD_ADDRS][4];  /* the pod's own addresses: "-o lo" */
+	__u8 addr6[MC_POD_ADDRS][16];
+};
+
+/* mc_cidrs: LPM trie, prefixlen = MC_CIDR_KEY_BITS + CIDR bits. */
+#define MC_CIDR_OUT_EXCLUDE4 1
+#define MC_CIDR_OUT_INCLUDE4 2
+#define MC_CIDR_OUT_EXCLUDE6 3
+#define MC_CIDR_OUT_INCLUDE6 4
+#define MC_CIDR_DNS4 5
+#define MC_CIDR_DNS6 6
+#define MC_CIDR_KEY_BITS 96 /* kind + pad + netns */
+
+struct mc_cidr_key {
+	__u32 prefixlen;
+	__u8 kind;
+	__u8 pad[3];
+	__u64 netns;
+	__u8 addr[16]; /* v4: first 4 bytes */
+};
+
+/* mc_ports: exact port sets per pod */
+#define MC_PORT_OUT_EXCLUDE 1
+#define MC_PORT_OUT_INCLUDE 2
+#define MC_PORT_IN_EXCLUDE 3
+#define MC_PORT_IN_INCLUDE 4
+
+struct mc_port_key {
+	__u64 netns;
+	__u16 port;
+	__u8 kind;
+	__u8 pad[5];
+};
+
+/* A connection as one socket sees it. */
+struct mc_tuple {
+	__u64 netns;
+	__u8 laddr[16];
+	__u8 raddr[16];
+	__u16 lport;
+	__u16 rport;
+	__u32 pad;
+};
+
+#define MC_ORIG_OUTBOUND 1 /* app -> outbound port */
+#define MC_ORIG_OWN_POD 2  /* proxy -> own pod address -> inbound port */
+
+/* Original destination, carried connect -> sockops -> proxy's socket. */
+struct mc_orig {
+	__u8 addr[16];
+	__u16 port;
+	__u8 family; /* 4 or 6: what SO_ORIGINAL_DST reports */
+	__u8 kind;   /* MC_ORIG_* */
+	__u32 pad;
+	__u64 netns;
+};
+
+/* Per-pod counters, created by the agent when the pod is registered. */
+struct mc_stats {
+	__u64 outbound;  /* connects redirected to outbound_port */
+	__u64 own_pod;   /* proxy -> own pod redirected to inbound_port */
+	__u64 inbound;   /* inbound connections steered to inbound_port */
+	__u64 dns;       /* DNS sends/connects redirected to dns_port */
+	__u64 origdst;   /* SO_ORIGINAL_DST answered */
+};
+
+struct mc_listen_key {
+	__u64 netns;
+	__u16 port;
+	__u8 family;
+	__u8 pad[5];
+};
+
+#define MC_S_SPLICE (1u << 0)
+struct mc_settings {
+	__u32 flags;
+	__u32 pad;
+};
+
+#ifdef __BPF__
+/* Map definitions, only in BPF objects. Every object carries all of them;
+ * the loader pins them by name, so all objects share one instance of each. */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MC_MAX_PODS);
+	__type(key, __u64);
+	__type(value, struct mc_pod);
+} mc_pods SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, MC_MAX_CIDRS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct mc_cidr_key);
+	__type(value, __u8);
+} mc_cidrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MC_MAX_PORTS);
+	__type(key, struct mc_port_key);
+	__type(value, __u8);
+} mc_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MC_MAX_PODS);
+	__type(key, __u64);
+	__type(value, struct mc_stats);
+} mc_stats SEC(".maps");
+
+/* socket cookie of the app socket -> original destination (connect -> sockops) */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MC_MAX_CONNS);
+	__type(key, __u64);
+	__type(value, struct mc_orig);
+} mc_sockorig SEC(".maps");
+
+/* app socket's tuple -> original destination (sockops -> proxy's socket) */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MC_MAX_CONNS);
+	__type(key, struct mc_tuple);
+	__type(value, struct mc_orig);
+} mc_origdst SEC(".maps");
+
+/* The proxy's accepted socket owns its original destination: freed with the socket. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mc_orig);
+} mc_skorig SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mc_settings);
+} mc_settings SEC(".maps");
+
+/* Listening proxy sockets per pod, for sk_lookup steering (inbound). */
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, MC_MAX_LISTEN);
+	__type(key, struct mc_listen_key);
+	__type(value, __u64);
+} mc_listen SEC(".maps");
+
+/* Established app<->proxy loopback sockets, for the optional splice. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, MC_MAX_SPLICE);
+	__type(key, struct mc_tuple);
+	__type(value, __u64);
+} mc_splice SEC(".maps");
+
+/* UDP DNS: socket cookie -> the resolver the app addressed (reply source). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MC_MAX_CONNS);
+	__type(key, __u64);
+	__type(value, struct mc_orig);
+} mc_dnsorig SEC(".maps");
+
+#endif /* __BPF__ */
+#endif /* MESHCAP_H */

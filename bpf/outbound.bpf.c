@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Outbound capture: cgroup/connect4 and cgroup/connect6, attached once at the
+ * cgroup v2 root. For sockets of meshed pods (keyed by netns cookie) the
+ * destination is rewritten to the proxy on loopback, following istio-iptables'
+ * ISTIO_OUTPUT chain rule for rule (see mc_decide), and the original
+ * destination is remembered by socket cookie for sockops to hand over.
+ */
+#include "mc_common.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+enum mc_verdict { MC_PASS, MC_TO_OUTBOUND, MC_TO_INBOUND, MC_TO_DNS };
+
+MC_INLINE bool mc_is_host_loopback(const __u8 a[16])
+{
+	/* ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR default 127.0.0.1/32; ::1/128 for v6 */
+	const __u32 *w = (const __u32 *)a;
+	if (mc_is_v4mapped(a))
+		return w[3] == bpf_htonl(0x7f000001);
+	return w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == bpf_htonl(1);
+}
+
+MC_INLINE bool mc_is_passthrough_src(const __u8 a[16])
+{
+	/* Envoy's inbound passthrough binds 127.0.0.6 (::6 for v6). */
+	const __u32 *w = (const __u32 *)a;
+	if (mc_is_v4mapped(a))
+		return w[3] == bpf_htonl(0x7f000006);
+	return w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == bpf_htonl(6);
+}
+
+/*
+ * The ISTIO_OUTPUT chain as a function. "-o lo" (the packet would leave via
+ * loopback) is: the destination is a loopback address or one of the pod's own
+ * addresses, which the agent registers with the pod.
+ */
+MC_INLINE enum mc_verdict mc_decide(__u64 netns, const struct mc_pod *pod, const __u8 dst[16],
+				    const __u8 src[16], __u16 dport, bool tcp)
+{
+	bool v4 = mc_is_v4mapped(dst);
+	bool dns = (pod->flags & MC_F_DNS) && dport == DNS_PORT;
+	bool local = mc_is_loopback(dst) || mc_is_pod_addr(pod, dst);
+	__u64 ug = bpf_get_current_uid_gid();
+	__u32 uid = (__u32)ug, gid = (__u32)(ug >> 32);
+
+	if (!v4 && !(pod->flags & MC_F_IPV6))
+		return MC_PASS;
+	/* -p tcp/udp --dport <excludeOutboundPorts> -j RETURN */
+	if (mc_port_in(netns, dport, MC_PORT_OUT_EXCLUDE))
+		return MC_PASS;
+	/* -o lo -s 127.0.0.6/32 -j RETURN */
+	if (local && mc_is_passthrough_src(src))
+		return MC_PASS;
+
+	if (!tcp) {
+		/* Only DNS is captured over UDP; the proxy's own lookups are not. */
+		if (uid == pod->proxy_uid || gid == pod->proxy_gid || !dns)
+			return MC_PASS;
+		if ((pod->flags & MC_F_DNS_ALL) || mc_cidr_match(netns, dst, MC_CIDR_DNS4))
+			return MC_TO_DNS;
+		return MC_PASS;
+	}
+
+	/* -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 [! 53] --uid-owner P -j ISTIO_IN_REDIRECT
+	 * -o lo [-p tcp ! --dport 53] ! --uid-owner P -j RETURN
+	 * --uid-owner P -j RETURN   (then the same three for --gid-owner) */
+	if (uid == pod->proxy_uid) {
+		if (local && !mc_is_host_loopback(dst) && dport != pod->tunnel_port && !dns)
+			return MC_TO_INBOUND;
+		return MC_PASS;
+	}
+	if (local && !dns)
+		return MC_PASS;
+	if (gid == pod->proxy_gid) {
+		if (local && !mc_is_host_loopback(dst) && dport != pod->tunnel_port)
+			return MC_TO_INBOUND;
+		return MC_PASS;
+	}
+	/* -j ISTIO_OUTPUT_DNS: -p tcp --dport 53 [-d server] -j REDIRECT --to-ports 15053 */
+	if (dns && ((pod->flags & MC_F_DNS_ALL) || mc_cidr_match(netns, dst, MC_CIDR_DNS4)))
+		return MC_TO_DNS;
+	/* -d 127.0.0.1/32 -j RETURN */
+	if (mc_is_host_loopback(dst))
+		return MC_PASS;
+	/* -d <excludeOutboundIPRanges> -j RETURN (before any include) */
+	if (mc_cidr_match(netns, dst, MC_CIDR_OUT_EXCLUDE4))
+		return MC_PASS;
+	/* -p tcp --dport <includeOutboundPorts> -j ISTIO_REDIRECT */
+	if (mc_port_in(netns, dport, MC_PORT_OUT_INCLUDE))
+		return MC_TO_OUTBOUND;
+	/* -j ISTIO_REDIRECT ('*') or -d <includeOutboundIPRanges> -j ISTIO_REDIRECT */
+	if (pod->flags & (v4 ? MC_F_OUT_ALL4 : MC_F_OUT_ALL6))
+		return MC_TO_OUTBOUND;
+	if (mc_cidr_match(netns, dst, MC_CIDR_OUT_INCLUDE4))
+		return MC_TO_OUTBOUND;
+	return MC_PASS;
+}
+
+/* Decide, remember the original destination, and return the new port (0: untouched). */
+MC_INLINE __u16 mc_connect(void *ctx, __u64 cookie, __u64 netns, const __u8 dst[16],
+			   const __u8 src[16], __u16 dport, bool tcp)
+{
+	struct mc_pod *pod = mc_pod_of(netns);
+	struct mc_orig orig = {};
+	__u16 to;
+
+	if (!pod)
+		return 0;
+	switch (mc_decide(netns, pod, dst, src, dport, tcp)) {
+	case MC_TO_OUTBOUND:
+		to = pod->outbound_port;
+		orig.kind = MC_ORIG_OUTBOUND;
+		MC_STAT_INC(netns, outbound);
+		break;
+	case MC_TO_INBOUND:
+		to = pod->inbound_port;
+		orig.kind = MC_ORIG_OWN_POD;
+		MC_STAT_INC(netns, own_pod);
+		break;
+	case MC_TO_DNS:
+		to = pod->dns_port;
+		orig.kind = MC_ORIG_OUTBOUND;
+		MC_STAT_INC(netns, dns);
+		break;
+	default:
+		return 0;
+	}
+	__builtin_memcpy(orig.addr, dst, 16);
+	orig.port = dport;
+	orig.family = mc_is_v4mapped(dst) ? 4 : 6;
+	orig.netns = netns;
+	/* TCP: sockops moves this to the connection's tuple once the source port
+	 * is bound. UDP DNS: recvmsg restores the resolver as the reply source. */
+	bpf_map_update_elem(tcp ? (void *)&mc_sockorig : (void *)&mc_dnsorig, &cookie, &orig, BPF_ANY);
+	return to;
+}
+
+MC_INLINE bool mc_proto_ok(struct bpf_sock_addr *ctx, bool *tcp)
+{
+	*tcp = ctx->type == SOCK_STREAM && ctx->protocol == IPPROTO_TCP;
+	return *tcp || (ctx->type == SOCK_DGRAM && ctx->protocol == IPPROTO_UDP);
+}
+
+SEC("cgroup/connect4")
+int mc_connect4(struct bpf_sock_addr *ctx)
+{
+	__u8 dst[16], src[16];
+	struct bpf_sock *sk = ctx->sk;
+	bool tcp;
+	__u16 to;
+
+	if (!sk || !mc_proto_ok(ctx, &tcp))
+		return 1;
+	mc_v4mapped(dst, ctx->user_ip4);
+	mc_v4mapped(src, sk->src_ip4);
+	to = mc_connect(ctx, bpf_get_socket_cookie(ctx), bpf_get_netns_cookie(ctx), dst, src,
+			bpf_ntohs(ctx->user_port), tcp);
+	if (to) {
+		ctx->user_ip4 = bpf_htonl(0x7f000001);
+		ctx->user_port = bpf_htons(to);
+	}
+	return 1;
+}
+
+SEC("cgroup/connect6")
+int mc_connect6(struct bpf_sock_addr *ctx)
+{
+	__u8 dst[16], src[16];
+	struct bpf_sock *sk = ctx->sk;
+	bool tcp;
+	__u16 to;
+
+	if (!sk || !mc_proto_ok(ctx, &tcp))
+		return 1;
+	/* ctx fields need 4-byte loads: no memcpy */
+	((__u32 *)dst)[0] = ctx->user_ip6[0];
+	((__u32 *)dst)[1] = ctx->user_ip6[1];
+	((__u32 *)dst)[2] = ctx->user_ip6[2];
+	((__u32 *)dst)[3] = ctx->user_ip6[3];
+	((__u32 *)src)[0] = sk->src_ip6[0];
+	((__u32 *)src)[1] = sk->src_ip6[1];
+	((__u32 *)src)[2] = sk->src_ip6[2];
+	((__u32 *)src)[3] = sk->src_ip6[3];
+	to = mc_connect(ctx, bpf_get_socket_cookie(ctx), bpf_get_netns_cookie(ctx), dst, src,
+			bpf_ntohs(ctx->user_port), tcp);
+	if (to) {
+		/* REDIRECT semantics: locally generated traffic goes to 127.0.0.1 / ::1;
+		 * a v4-mapped destination stays v4-mapped. */
+		if (mc_is_v4mapped(dst)) {
+			ctx->user_ip6[0] = 0;
+			ctx->user_ip6[1] = 0;
+			ctx->user_ip6[2] = bpf_htonl(0x0000ffff);
+			ctx->user_ip6[3] = bpf_htonl(0x7f000001);
+		} else {
+			ctx->user_ip6[0] = 0;
+			ctx->user_ip6[1] = 0;
+			ctx->user_ip6[2] = 0;
+			ctx->user_ip6[3] = bpf_htonl(1);
+		}
+		ctx->user_port = bpf_htons(to);
+	}
+	return 1;
+}

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * sockops (at the cgroup v2 root) and sk_msg:
+ *  - TCP_CONNECT_CB on a redirected app socket: its source port is now bound,
+ *    so move the original destination from the socket cookie to the tuple.
+ *  - PASSIVE_ESTABLISHED_CB on the proxy's accepted socket: claim that tuple's
+ *    original destination into the socket's own storage (freed with it) for
+ *    cgroup/getsockopt(SO_ORIGINAL_DST).
+ *  - TCP_LISTEN_CB: the proxy's inbound listener of a meshed pod goes into
+ *    mc_listen for sk_lookup to steer inbound connections to it.
+ *  - with the splice switch on, app<->proxy loopback sockets go into mc_splice
+ *    and sk_msg moves bytes between them without the TCP/IP stack.
+ */
+#include "mc_common.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* The connection as this socket sees it. */
+MC_INLINE void mc_tuple_of(struct bpf_sock_ops *s, __u64 netns, struct mc_tuple *t)
+{
+	t->netns = netns;
+	if (s->family == AF_INET) {
+		mc_v4mapped(t->laddr, s->local_ip4);
+		mc_v4mapped(t->raddr, s->remote_ip4);
+	} else {
+		((__u32 *)t->laddr)[0] = s->local_ip6[0];
+		((__u32 *)t->laddr)[1] = s->local_ip6[1];
+		((__u32 *)t->laddr)[2] = s->local_ip6[2];
+		((__u32 *)t->laddr)[3] = s->local_ip6[3];
+		((__u32 *)t->raddr)[0] = s->remote_ip6[0];
+		((__u32 *)t->raddr)[1] = s->remote_ip6[1];
+		((__u32 *)t->raddr)[2] = s->remote_ip6[2];
+		((__u32 *)t->raddr)[3] = s->remote_ip6[3];
+	}
+	t->lport = (__u16)s->local_port;
+	t->rport = (__u16)bpf_ntohl(s->remote_port);
+}
+
+MC_INLINE void mc_tuple_reverse(const struct mc_tuple *in, struct mc_tuple *out)
+{
+	out->netns = in->netns;
+	__builtin_memcpy(out->laddr, in->raddr, 16);
+	__builtin_memcpy(out->raddr, in->laddr, 16);
+	out->lport = in->rport;
+	out->rport = in->lport;
+	out->pad = 0;
+}
+
+MC_INLINE bool mc_splice_on(void)
+{
+	__u32 zero = 0;
+	struct mc_settings *st = bpf_map_lookup_elem(&mc_settings, &zero);
+	return st && (st->flags & MC_S_SPLICE);
+}
+
+MC_INLINE void mc_on_connect(struct bpf_sock_ops *s)
+{
+	__u64 cookie = bpf_get_socket_cookie(s);
+	struct mc_orig *o = bpf_map_lookup_elem(&mc_sockorig, &cookie);
+	struct mc_tuple t = {};
+
+	if (!o)
+		return;
+	mc_tuple_of(s, o->netns, &t);
+	bpf_map_update_elem(&mc_origdst, &t, o, BPF_ANY);
+	bpf_map_delete_elem(&mc_sockorig, &cookie);
+}
+
+MC_INLINE void mc_on_passive(struct bpf_sock_ops *s)
+{
+	__u64 netns = bpf_get_netns_cookie(s);
+	struct mc_tuple mine = {}, app = {};
+	struct bpf_sock *sk = s->sk;
+	struct mc_pod *pod;
+	struct mc_orig *o;
+
+	if (!sk)
+		return;
+	pod = mc_pod_of(netns);
+	if (!pod)
+		return;
+	mc_tuple_of(s, netns, &mine);
+	mc_tuple_reverse(&mine, &app);
+	o = bpf_map_lookup_elem(&mc_origdst, &app);
+	if (o) {
+		bpf_sk_storage_get(&mc_skorig, sk, o, BPF_SK_STORAGE_GET_F_CREATE);
+		bpf_map_delete_elem(&mc_origdst, &app);
+	}
+	if (mine.lport == pod->outbound_port && mc_is_loopback(mine.laddr) && mc_splice_on())
+		bpf_sock_hash_update(s, &mc_splice, &mine, BPF_ANY);
+}
+
+MC_INLINE void mc_on_active(struct bpf_sock_ops *s)
+{
+	__u64 netns;
+	struct mc_tuple mine = {};
+	struct mc_pod *pod;
+
+	if (!mc_splice_on())
+		return;
+	netns = bpf_get_netns_cookie(s);
+	pod = mc_pod_of(netns);
+	if (!pod)
+		return;
+	mc_tuple_of(s, netns, &mine);
+	if (mine.rport == pod->outbound_port && mc_is_loopback(mine.raddr))
+		bpf_sock_hash_update(s, &mc_splice, &mine, BPF_ANY);
+}
+
+MC_INLINE void mc_on_listen(struct bpf_sock_ops *s)
+{
+	__u64 netns = bpf_get_netns_cookie(s);
+	struct mc_pod *pod = mc_pod_of(netns);
+	struct mc_listen_key k = {};
+
+	if (!pod || s->local_port != pod->inbound_port)
+		return;
+	k.netns = netns;
+	k.port = pod->inbound_port;
+	k.family = s->family == AF_INET ? 4 : 6;
+	bpf_sock_hash_update(s, &mc_listen, &k, BPF_ANY);
+}
+
+SEC("sockops")
+int mc_sockops(struct bpf_sock_ops *s)
+{
+	switch (s->op) {
+	case BPF_SOCK_OPS_TCP_CONNECT_CB:
+		mc_on_connect(s);
+		break;
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+		mc_on_passive(s);
+		break;
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+		mc_on_active(s);
+		break;
+	case BPF_SOCK_OPS_TCP_LISTEN_CB:
+		mc_on_listen(s);
+		break;
+	}
+	return 1;
+}
+
+SEC("sk_msg")
+int mc_splice_msg(struct sk_msg_md *m)
+{
+	struct mc_tuple peer = {};
+
+	/* The peer sees this connection reversed. */
+	peer.netns = bpf_get_netns_cookie(m);
+	if (m->family == AF_INET) {
+		mc_v4mapped(peer.laddr, m->remote_ip4);
+		mc_v4mapped(peer.raddr, m->local_ip4);
+	} else {
+		((__u32 *)peer.laddr)[0] = m->remote_ip6[0];
+		((__u32 *)peer.laddr)[1] = m->remote_ip6[1];
+		((__u32 *)peer.laddr)[2] = m->remote_ip6[2];
+		((__u32 *)peer.laddr)[3] = m->remote_ip6[3];
+		((__u32 *)peer.raddr)[0] = m->local_ip6[0];
+		((__u32 *)peer.raddr)[1] = m->local_ip6[1];
+		((__u32 *)peer.raddr)[2] = m->local_ip6[2];
+		((__u32 *)peer.raddr)[3] = m->local_ip6[3];
+	}
+	peer.lport = (__u16)bpf_ntohl(m->remote_port);
+	peer.rport = (__u16)m->local_port;
+	/* No peer yet (or gone): SK_PASS without a redirect takes the normal path. */
+	bpf_msg_redirect_hash(m, &mc_splice, &peer, BPF_F_INGRESS);
+	return SK_PASS;
+}
