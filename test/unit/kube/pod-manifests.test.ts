@@ -1,0 +1,62 @@
+import { describe, expect, it } from 'vitest';
+import { ManifestError, parsePodManifests } from '../../../src/kube/pod-manifests.js';
+
+function fails(text: string): ManifestError {
+  try {
+    parsePodManifests(text, '/etc/pods.yaml');
+  } catch (err) {
+    expect(err).toBeInstanceOf(ManifestError);
+    return err as ManifestError;
+  }
+  throw new Error('expected a ManifestError');
+}
+
+describe('parsePodManifests', () => {
+  it('reads multi-document YAML, skips other kinds and empty documents, defaults the namespace', () => {
+    const r = parsePodManifests(
+      ['apiVersion: v1', 'kind: Pod', 'metadata:', '  name: a', '---', 'kind: Service', 'metadata: {name: s}', '---', '---', 'kind: Pod', 'metadata: {name: b, namespace: x}', ''].join('\n'),
+      'f',
+    );
+    expect(r.pods.map((p) => `${p.metadata!.namespace}/${p.metadata!.name}`)).toEqual(['default/a', 'x/b']);
+    expect(r.skipped).toEqual([{ kind: 'Service', line: 6 }]);
+  });
+
+  it('reads a JSON List and a YAML PodList', () => {
+    const json = parsePodManifests('{"kind":"List","items":[{"kind":"Pod","metadata":{"name":"a","namespace":"x"}},\n{"metadata":{"name":"b"}}]}', 'f');
+    expect(json.pods.map((p) => p.metadata!.name)).toEqual(['a', 'b']);
+    const yaml = parsePodManifests('kind: PodList\nitems:\n- metadata: {name: c}\n', 'f');
+    expect(yaml.pods[0]!.metadata).toEqual({ name: 'c', namespace: 'default' });
+  });
+
+  it('reads a single JSON pod', () => {
+    const r = parsePodManifests(JSON.stringify({ kind: 'Pod', metadata: { name: 'j' }, spec: { containers: [{ name: 'c' }] } }, null, 2), 'f');
+    expect(r.pods[0]!.spec!.containers[0]!.name).toBe('c');
+  });
+
+  it('reports YAML syntax errors with file and line', () => {
+    const e = fails('kind: Pod\nmetadata:\n  name: a\n  labels: {x: 1\n');
+    expect(e.file).toBe('/etc/pods.yaml');
+    expect(e.line).toBeGreaterThanOrEqual(4);
+    expect(e.message).toMatch(/^\/etc\/pods\.yaml:\d+:\d+: /);
+  });
+
+  it('reports JSON syntax errors with the line', () => {
+    // (a trailing comma is valid YAML flow syntax, so use a missing comma)
+    const e = fails('{"kind": "Pod",\n "metadata": {"name": "a" "ns": "b"}\n}\n');
+    expect(e.line).toBe(2);
+  });
+
+  it('rejects duplicate keys, a pod without a name, and non-objects, naming the line', () => {
+    expect(fails('kind: Pod\nmetadata:\n  name: a\n  name: b\n').line).toBe(4);
+    const noName = fails('kind: Pod\nmetadata: {name: a}\n---\nkind: Pod\nmetadata:\n  namespace: q\n');
+    expect(noName.line).toBe(4);
+    expect(noName.detail).toBe('Pod has no metadata.name');
+    expect(fails('kind: List\nitems:\n- metadata: {name: a}\n- 42\n').line).toBe(4);
+    expect(fails('- just\n- a list\n').detail).toMatch(/expected a Kubernetes object/);
+  });
+
+  it('accepts an empty file as no pods', () => {
+    expect(parsePodManifests('', 'f').pods).toEqual([]);
+    expect(parsePodManifests('# nothing yet\n', 'f').pods).toEqual([]);
+  });
+});
