@@ -1,0 +1,88 @@
+// bpf_obj_get_info_by_fd for links, programs and maps.
+#include <bpf/bpf.h>
+#include <linux/bpf.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "common.h"
+
+namespace meshcap {
+
+namespace {
+
+template <typename T>
+void GetInfo(Napi::Env env, int fd, T* out, const char* what) {
+  *out = T{};
+  __u32 len = sizeof(T);
+  int r = bpf_obj_get_info_by_fd(fd, out, &len);
+  if (r < 0)
+    ThrowNativeError(env, ErrOf(r), "bpf_obj_get_info_by_fd", std::string(what) + " fd " + std::to_string(fd));
+}
+
+Napi::Value LinkInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "linkInfo", "fd");
+  RequireBpfFd(env, fd, "bpf-link", "linkInfo");
+  bpf_link_info li;
+  GetInfo(env, fd, &li, "link");
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("id", Napi::Number::New(env, li.id));
+  o.Set("progId", Napi::Number::New(env, li.prog_id));
+  o.Set("type", Napi::Number::New(env, li.type));
+  Napi::Value attach = env.Null(), cgroupId = env.Null(), netnsIno = env.Null();
+  if (li.type == BPF_LINK_TYPE_CGROUP) {
+    attach = Napi::Number::New(env, li.cgroup.attach_type);
+    cgroupId = Napi::BigInt::New(env, static_cast<uint64_t>(li.cgroup.cgroup_id));
+  } else if (li.type == BPF_LINK_TYPE_NETNS) {
+    attach = Napi::Number::New(env, li.netns.attach_type);
+    netnsIno = Napi::Number::New(env, li.netns.netns_ino);
+  }
+  o.Set("attachType", attach);
+  o.Set("cgroupId", cgroupId);
+  o.Set("netnsIno", netnsIno);
+  return o;
+}
+
+Napi::Value ProgInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "progInfo", "fd");
+  RequireBpfFd(env, fd, "bpf-prog", "progInfo");
+  bpf_prog_info pi;
+  GetInfo(env, fd, &pi, "program");
+  char tag[2 * BPF_TAG_SIZE + 1];
+  for (int i = 0; i < BPF_TAG_SIZE; i++) snprintf(tag + 2 * i, 3, "%02x", pi.tag[i]);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("id", Napi::Number::New(env, pi.id));
+  o.Set("name", Napi::String::New(env, std::string(pi.name, strnlen(pi.name, sizeof(pi.name)))));
+  o.Set("type", Napi::Number::New(env, pi.type));
+  o.Set("tag", Napi::String::New(env, tag));
+  return o;
+}
+
+Napi::Value MapInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "mapInfo", "fd");
+  RequireBpfFd(env, fd, "bpf-map", "mapInfo");
+  bpf_map_info mi;
+  GetInfo(env, fd, &mi, "map");
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("id", Napi::Number::New(env, mi.id));
+  o.Set("name", Napi::String::New(env, std::string(mi.name, strnlen(mi.name, sizeof(mi.name)))));
+  o.Set("type", Napi::Number::New(env, mi.type));
+  o.Set("keySize", Napi::Number::New(env, mi.key_size));
+  o.Set("valueSize", Napi::Number::New(env, mi.value_size));
+  o.Set("maxEntries", Napi::Number::New(env, mi.max_entries));
+  o.Set("flags", Napi::Number::New(env, mi.map_flags));
+  return o;
+}
+
+}  // namespace
+
+void InitInfo(Napi::Env env, Napi::Object exports) {
+  exports.Set("linkInfo", Napi::Function::New(env, LinkInfo, "linkInfo"));
+  exports.Set("progInfo", Napi::Function::New(env, ProgInfo, "progInfo"));
+  exports.Set("mapInfo", Napi::Function::New(env, MapInfo, "mapInfo"));
+}
+
+}  // namespace meshcap

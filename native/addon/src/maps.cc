@@ -1,0 +1,253 @@
+// Map element operations. Every call first reads the map's key/value sizes
+// from the kernel (one cheap syscall) so a wrong-sized Buffer is a TypeError
+// instead of the kernel reading or writing past the end of JS memory.
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <linux/bpf.h>
+
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "common.h"
+
+namespace meshcap {
+
+namespace {
+
+constexpr int kENOTSUPP = 524;  // kernel-internal "operation not supported"
+
+struct MapDims {
+  uint32_t keySize;
+  uint32_t valueSize;  // as seen from userspace (per-CPU maps: one slot per possible CPU)
+  uint32_t maxEntries;
+  uint32_t type;
+};
+
+bool IsPerCpu(uint32_t type) {
+  return type == BPF_MAP_TYPE_PERCPU_HASH || type == BPF_MAP_TYPE_PERCPU_ARRAY ||
+         type == BPF_MAP_TYPE_LRU_PERCPU_HASH || type == BPF_MAP_TYPE_PERCPU_CGROUP_STORAGE;
+}
+
+MapDims Dims(Napi::Env env, int fd, const char* fn) {
+  RequireBpfFd(env, fd, "bpf-map", fn);
+  bpf_map_info mi{};
+  __u32 len = sizeof(mi);
+  int r = bpf_obj_get_info_by_fd(fd, &mi, &len);
+  if (r < 0) ThrowNativeError(env, ErrOf(r), "bpf_obj_get_info_by_fd", "map fd " + std::to_string(fd));
+  MapDims d{mi.key_size, mi.value_size, mi.max_entries, mi.type};
+  if (IsPerCpu(mi.type)) {
+    int ncpu = libbpf_num_possible_cpus();
+    if (ncpu < 0) ThrowNativeError(env, ErrOf(ncpu), "libbpf_num_possible_cpus", "");
+    d.valueSize = ((mi.value_size + 7) / 8) * 8 * static_cast<uint32_t>(ncpu);
+  }
+  return d;
+}
+
+std::string MapObj(int fd) { return "map fd " + std::to_string(fd); }
+
+Napi::Buffer<uint8_t> SizedBuffer(const Napi::CallbackInfo& info, size_t i, const char* fn,
+                                  const char* name, uint32_t want) {
+  Napi::Buffer<uint8_t> b = ArgBuffer(info, i, fn, name);
+  if (b.Length() != want)
+    ThrowType(info.Env(), std::string(fn) + ": " + name + " is " + std::to_string(b.Length()) +
+                              " bytes, the map's " + (std::strstr(name, "key") ? "key" : "value") +
+                              " size is " + std::to_string(want));
+  return b;
+}
+
+uint64_t ArgFlags(const Napi::CallbackInfo& info, size_t i, const char* fn) {
+  return ArgPresent(info, i) ? ArgU32(info, i, fn, "flags") : uint64_t{BPF_ANY};
+}
+
+const void* KeyPtr(const Napi::Buffer<uint8_t>& b) { return b.Length() ? b.Data() : nullptr; }
+
+void MapUpdate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "mapUpdate", "fd");
+  MapDims d = Dims(env, fd, "mapUpdate");
+  auto key = SizedBuffer(info, 1, "mapUpdate", "key", d.keySize);
+  auto value = SizedBuffer(info, 2, "mapUpdate", "value", d.valueSize);
+  uint64_t flags = ArgFlags(info, 3, "mapUpdate");
+  int r = bpf_map_update_elem(fd, KeyPtr(key), value.Data(), flags);
+  if (r < 0) ThrowNativeError(env, ErrOf(r), "bpf_map_update_elem", MapObj(fd));
+}
+
+Napi::Value MapLookup(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "mapLookup", "fd");
+  MapDims d = Dims(env, fd, "mapLookup");
+  auto key = SizedBuffer(info, 1, "mapLookup", "key", d.keySize);
+  uint32_t valueSize = ArgU32(info, 2, "mapLookup", "valueSize");
+  if (valueSize != d.valueSize)
+    ThrowType(env, "mapLookup: valueSize is " + std::to_string(valueSize) +
+                       ", the map's value size is " + std::to_string(d.valueSize));
+  auto out = Napi::Buffer<uint8_t>::New(env, d.valueSize);
+  int r = bpf_map_lookup_elem(fd, KeyPtr(key), out.Data());
+  if (r < 0) {
+    int err = ErrOf(r);
+    if (err == ENOENT) return env.Null();
+    ThrowNativeError(env, err, "bpf_map_lookup_elem", MapObj(fd));
+  }
+  return out;
+}
+
+Napi::Value MapDelete(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "mapDelete", "fd");
+  MapDims d = Dims(env, fd, "mapDelete");
+  auto key = SizedBuffer(info, 1, "mapDelete", "key", d.keySize);
+  int r = bpf_map_delete_elem(fd, KeyPtr(key));
+  if (r < 0) {
+    int err = ErrOf(r);
+    if (err == ENOENT) return Napi::Boolean::New(env, false);
+    ThrowNativeError(env, err, "bpf_map_delete_elem", MapObj(fd));
+  }
+  return Napi::Boolean::New(env, true);
+}
+
+// Full walk with get_next_key. If the key we continue from is deleted
+// concurrently, the kernel restarts at the first key; the seen-set drops the
+// repeats and the step bound keeps a map under heavy churn from looping.
+Napi::Value MapKeys(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "mapKeys", "fd");
+  MapDims d = Dims(env, fd, "mapKeys");
+  uint32_t keySize = ArgU32(info, 1, "mapKeys", "keySize");
+  if (keySize != d.keySize)
+    ThrowType(env, "mapKeys: keySize is " + std::to_string(keySize) + ", the map's key size is " +
+                       std::to_string(d.keySize));
+  if (keySize == 0) return Napi::Array::New(env);  // queue/stack: no keys to walk
+  std::vector<std::string> keys;
+  std::set<std::string> seen;
+  std::string cur(keySize, '\0'), next(keySize, '\0');
+  bool first = true;
+  const uint64_t maxSteps = 4ull * (static_cast<uint64_t>(d.maxEntries) + 1) + 64;
+  for (uint64_t step = 0;; step++) {
+    if (step > maxSteps)
+      ThrowNativeError(env, EAGAIN, "bpf_map_get_next_key",
+                       MapObj(fd) + " (walk did not finish in " + std::to_string(maxSteps) +
+                           " steps: map changing too fast)");
+    int r = bpf_map_get_next_key(fd, first ? nullptr : cur.data(), next.data());
+    if (r < 0) {
+      int err = ErrOf(r);
+      if (err == ENOENT) break;
+      ThrowNativeError(env, err, "bpf_map_get_next_key", MapObj(fd));
+    }
+    first = false;
+    if (seen.insert(next).second) keys.push_back(next);
+    cur.swap(next);
+  }
+  Napi::Array out = Napi::Array::New(env, keys.size());
+  for (uint32_t i = 0; i < keys.size(); i++)
+    out.Set(i, Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t*>(keys[i].data()),
+                                           keys[i].size()));
+  return out;
+}
+
+// Concatenates an array of equally sized Buffers.
+std::vector<uint8_t> Pack(const Napi::CallbackInfo& info, size_t i, const char* fn,
+                          const char* name, uint32_t size, uint32_t* count) {
+  Napi::Env env = info.Env();
+  if (i >= info.Length() || !info[i].IsArray())
+    ThrowType(env, std::string(fn) + ": " + name + " must be an array of Buffers");
+  Napi::Array a = info[i].As<Napi::Array>();
+  std::vector<uint8_t> out;
+  out.reserve(static_cast<size_t>(a.Length()) * size);
+  for (uint32_t k = 0; k < a.Length(); k++) {
+    Napi::Value v = a.Get(k);
+    std::string where = std::string(name) + "[" + std::to_string(k) + "]";
+    if (!v.IsBuffer()) ThrowType(env, std::string(fn) + ": " + where + " must be a Buffer");
+    auto b = v.As<Napi::Buffer<uint8_t>>();
+    if (b.Length() != size)
+      ThrowType(env, std::string(fn) + ": " + where + " is " + std::to_string(b.Length()) +
+                         " bytes, the map's element size is " + std::to_string(size));
+    out.insert(out.end(), b.Data(), b.Data() + b.Length());
+  }
+  *count = a.Length();
+  return out;
+}
+
+bool NoBatchSupport(int err) { return err == EINVAL || err == kENOTSUPP || err == EOPNOTSUPP; }
+
+void MapUpdateBatch(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "mapUpdateBatch", "fd");
+  MapDims d = Dims(env, fd, "mapUpdateBatch");
+  uint32_t nk = 0, nv = 0;
+  auto keys = Pack(info, 1, "mapUpdateBatch", "keys", d.keySize, &nk);
+  auto values = Pack(info, 2, "mapUpdateBatch", "values", d.valueSize, &nv);
+  if (nk != nv)
+    ThrowType(env, "mapUpdateBatch: " + std::to_string(nk) + " keys but " + std::to_string(nv) + " values");
+  if (nk == 0) return;
+  uint32_t count = nk;
+  int r = bpf_map_update_batch(fd, keys.data(), values.data(), &count, nullptr);
+  if (r == 0) return;
+  int err = ErrOf(r);
+  if (!(NoBatchSupport(err) && count == 0))
+    ThrowNativeError(env, err, "bpf_map_update_batch",
+                     MapObj(fd) + " (" + std::to_string(count) + " of " + std::to_string(nk) + " written)");
+  // Map type without batch ops (e.g. LPM trie, or kernels < 5.6): one by one.
+  for (uint32_t k = 0; k < nk; k++) {
+    int e = bpf_map_update_elem(fd, keys.data() + static_cast<size_t>(k) * d.keySize,
+                                values.data() + static_cast<size_t>(k) * d.valueSize, BPF_ANY);
+    if (e < 0)
+      ThrowNativeError(env, ErrOf(e), "bpf_map_update_elem",
+                       MapObj(fd) + " (" + std::to_string(k) + " of " + std::to_string(nk) + " written)");
+  }
+}
+
+Napi::Value MapDeleteBatch(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "mapDeleteBatch", "fd");
+  MapDims d = Dims(env, fd, "mapDeleteBatch");
+  uint32_t nk = 0;
+  auto keys = Pack(info, 1, "mapDeleteBatch", "keys", d.keySize, &nk);
+  uint32_t deleted = 0, pos = 0;
+  bool batch = true;
+  while (pos < nk) {
+    const uint8_t* at = keys.data() + static_cast<size_t>(pos) * d.keySize;
+    if (batch) {
+      uint32_t count = nk - pos;
+      int r = bpf_map_delete_batch(fd, at, &count, nullptr);
+      if (r == 0) {
+        deleted += count;
+        break;
+      }
+      int err = ErrOf(r);
+      deleted += count;
+      pos += count;
+      if (err == ENOENT) {  // keys[pos] was absent; the batch stopped there
+        pos++;
+        continue;
+      }
+      if (NoBatchSupport(err) && count == 0) {
+        batch = false;
+        continue;
+      }
+      ThrowNativeError(env, err, "bpf_map_delete_batch", MapObj(fd));
+    }
+    int r = bpf_map_delete_elem(fd, at);
+    if (r == 0) {
+      deleted++;
+    } else if (ErrOf(r) != ENOENT) {
+      ThrowNativeError(env, ErrOf(r), "bpf_map_delete_elem", MapObj(fd));
+    }
+    pos++;
+  }
+  return Napi::Number::New(env, deleted);
+}
+
+}  // namespace
+
+void InitMaps(Napi::Env env, Napi::Object exports) {
+  exports.Set("mapUpdate", Napi::Function::New(env, MapUpdate, "mapUpdate"));
+  exports.Set("mapLookup", Napi::Function::New(env, MapLookup, "mapLookup"));
+  exports.Set("mapDelete", Napi::Function::New(env, MapDelete, "mapDelete"));
+  exports.Set("mapKeys", Napi::Function::New(env, MapKeys, "mapKeys"));
+  exports.Set("mapUpdateBatch", Napi::Function::New(env, MapUpdateBatch, "mapUpdateBatch"));
+  exports.Set("mapDeleteBatch", Napi::Function::New(env, MapDeleteBatch, "mapDeleteBatch"));
+}
+
+}  // namespace meshcap

@@ -1,0 +1,94 @@
+// netnsCookie(path): the kernel's unique 64-bit id of a network namespace,
+// which the BPF programs read with bpf_get_netns_cookie(), so agent and
+// datapath key a pod the same way.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <thread>
+
+#include "common.h"
+
+#ifndef SO_NETNS_COOKIE
+#define SO_NETNS_COOKIE 71
+#endif
+
+namespace meshcap {
+
+namespace {
+
+class NetnsCookieWorker : public Napi::AsyncWorker {
+ public:
+  NetnsCookieWorker(Napi::Env env, std::string path)
+      : Napi::AsyncWorker(env, "meshcap:netnsCookie"),
+        path_(std::move(path)),
+        deferred_(Napi::Promise::Deferred::New(env)) {}
+
+  Napi::Promise Promise() { return deferred_.Promise(); }
+
+  void Execute() override {
+    // setns() switches the calling thread; do it on a throwaway thread so no
+    // libuv pool thread (or the JS thread) ever runs in a pod's namespace.
+    std::thread t([this] { Lookup(); });
+    t.join();
+  }
+
+  void OnOK() override {
+    Napi::Env env = Env();
+    Napi::HandleScope scope(env);
+    if (err_) deferred_.Reject(MakeNativeError(env, err_, syscall_, path_));
+    else deferred_.Resolve(Napi::BigInt::New(env, cookie_));
+  }
+
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  void Fail(const char* syscall) {
+    err_ = errno;
+    syscall_ = syscall;
+  }
+
+  void Lookup() {
+    int ns = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns < 0) return Fail("open");
+    int r = setns(ns, CLONE_NEWNET);
+    if (r < 0) {
+      Fail("setns");
+      close(ns);
+      return;
+    }
+    close(ns);
+    int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return Fail("socket");
+    uint64_t cookie = 0;
+    socklen_t len = sizeof(cookie);
+    if (getsockopt(s, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &len) < 0) Fail("getsockopt(SO_NETNS_COOKIE)");
+    else cookie_ = cookie;
+    close(s);
+  }
+
+  std::string path_;
+  Napi::Promise::Deferred deferred_;
+  int err_ = 0;
+  const char* syscall_ = "";
+  uint64_t cookie_ = 0;
+};
+
+Napi::Value NetnsCookie(const Napi::CallbackInfo& info) {
+  std::string path = ArgString(info, 0, "netnsCookie", "netnsPath");
+  auto* w = new NetnsCookieWorker(info.Env(), path);
+  Napi::Promise p = w->Promise();
+  w->Queue();
+  return p;
+}
+
+}  // namespace
+
+void InitNetnsCookie(Napi::Env env, Napi::Object exports) {
+  exports.Set("netnsCookie", Napi::Function::New(env, NetnsCookie, "netnsCookie"));
+}
+
+}  // namespace meshcap

@@ -1,0 +1,100 @@
+// Feature probes: libbpf's for program/map types and helpers, and a trial
+// load+link where libbpf has none (attach types on a real target).
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <fcntl.h>
+#include <linux/bpf.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "common.h"
+
+namespace meshcap {
+
+namespace {
+
+// libbpf probes answer 1 (yes), 0 (no) or <0. EOPNOTSUPP/EINVAL mean libbpf or
+// the kernel does not know the type: "no". Anything else (EPERM, ...) means
+// the probe itself could not run, which must not be mistaken for "no".
+Napi::Value ProbeResult(Napi::Env env, int r, const char* fn, const std::string& what) {
+  if (r >= 0) return Napi::Boolean::New(env, r == 1);
+  int err = ErrOf(r);
+  if (err == EOPNOTSUPP || err == EINVAL || err == 524 /* ENOTSUPP */)
+    return Napi::Boolean::New(env, false);
+  ThrowNativeError(env, err, fn, what);
+}
+
+Napi::Value ProbeProgType(const Napi::CallbackInfo& info) {
+  uint32_t t = ArgU32(info, 0, "probeProgType", "progType");
+  int r = libbpf_probe_bpf_prog_type(static_cast<bpf_prog_type>(t), nullptr);
+  return ProbeResult(info.Env(), r, "libbpf_probe_bpf_prog_type", "prog type " + std::to_string(t));
+}
+
+Napi::Value ProbeMapType(const Napi::CallbackInfo& info) {
+  uint32_t t = ArgU32(info, 0, "probeMapType", "mapType");
+  int r = libbpf_probe_bpf_map_type(static_cast<bpf_map_type>(t), nullptr);
+  return ProbeResult(info.Env(), r, "libbpf_probe_bpf_map_type", "map type " + std::to_string(t));
+}
+
+Napi::Value ProbeHelper(const Napi::CallbackInfo& info) {
+  uint32_t t = ArgU32(info, 0, "probeHelper", "progType");
+  uint32_t h = ArgU32(info, 1, "probeHelper", "helperId");
+  int r = libbpf_probe_bpf_helper(static_cast<bpf_prog_type>(t), static_cast<bpf_func_id>(h), nullptr);
+  return ProbeResult(info.Env(), r, "libbpf_probe_bpf_helper",
+                     "helper " + std::to_string(h) + " in prog type " + std::to_string(t));
+}
+
+// probeAttach(progType, expectedAttachType, targetPath): load `r0 = 1; exit`
+// with that type and link it to the target (cgroup dir or netns file), then
+// drop both. The program allows everything, so the instant it is attached
+// changes no traffic.
+Napi::Value ProbeAttach(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint32_t progType = ArgU32(info, 0, "probeAttach", "progType");
+  uint32_t attachType = ArgU32(info, 1, "probeAttach", "expectedAttachType");
+  std::string target = ArgString(info, 2, "probeAttach", "targetPath");
+
+  int targetFd = open(target.c_str(), O_RDONLY | O_CLOEXEC);
+  if (targetFd < 0) ThrowNativeError(env, errno, "open", target);
+
+  const bpf_insn insns[] = {
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1},  // r0 = 1
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},                   // exit
+  };
+  LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = static_cast<bpf_attach_type>(attachType));
+  int progFd = bpf_prog_load(static_cast<bpf_prog_type>(progType), "meshcap_probe", "GPL", insns,
+                             sizeof(insns) / sizeof(insns[0]), &opts);
+  const char* stage = "bpf_prog_load";
+  int err = 0;
+  if (progFd < 0) {
+    err = ErrOf(progFd);
+  } else {
+    stage = "bpf_link_create";
+    int link = bpf_link_create(progFd, targetFd, static_cast<bpf_attach_type>(attachType), nullptr);
+    if (link < 0) err = ErrOf(link);
+    else close(link);
+    close(progFd);
+  }
+  close(targetFd);
+
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("ok", Napi::Boolean::New(env, err == 0));
+  if (err) {
+    out.Set("code", Napi::String::New(env, ErrnoName(err)));
+    out.Set("errno", Napi::Number::New(env, err));
+    out.Set("syscall", Napi::String::New(env, stage));
+  }
+  return out;
+}
+
+}  // namespace
+
+void InitProbes(Napi::Env env, Napi::Object exports) {
+  exports.Set("probeProgType", Napi::Function::New(env, ProbeProgType, "probeProgType"));
+  exports.Set("probeMapType", Napi::Function::New(env, ProbeMapType, "probeMapType"));
+  exports.Set("probeHelper", Napi::Function::New(env, ProbeHelper, "probeHelper"));
+  exports.Set("probeAttach", Napi::Function::New(env, ProbeAttach, "probeAttach"));
+}
+
+}  // namespace meshcap
