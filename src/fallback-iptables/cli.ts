@@ -1,0 +1,124 @@
+// `meshcap iptables render ...`: prints the iptables-restore input istio-iptables
+// (flags) or istio-cni (--pod) would program. The render subcommand parses its
+// own argv because istio-iptables' short flags (-p, -z, -u, ...) and pflag
+// syntax (-p15001, -p=15001) are not commander options; commander only
+// collects the words (allowUnknownOption + a variadic argument).
+import { readFileSync } from 'node:fs';
+import type { Command } from 'commander';
+import { parse as parseYaml } from 'yaml';
+import type { V1Pod } from '@kubernetes/client-node';
+import { splitList, type CaptureConfig } from '../redirect/config.js';
+import { parseIstioIptablesArgs } from '../redirect/flags.js';
+import { podToCaptureConfig } from '../redirect/pod.js';
+import type { ProfileName } from '../redirect/profiles.js';
+import { renderIptables } from './render.js';
+
+export class RenderUsageError extends Error {}
+
+export interface RenderRequest {
+  family: 4 | 6;
+  pod?: string;
+  profile: ProfileName;
+  dnsServersV4: string[];
+  dnsServersV6: string[];
+  istioArgs: string[];
+}
+
+const OWN_FLAGS = ['--pod', '--family', '--dns-servers-v4', '--dns-servers-v6', '--profile'] as const;
+
+/** Splits meshcap's own flags from istio-iptables' flags. */
+export function parseRenderArgs(argv: readonly string[]): RenderRequest {
+  const req: RenderRequest = { family: 4, profile: 'istio', dnsServersV4: [], dnsServersV6: [], istioArgs: [] };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] as string;
+    const eq = a.indexOf('=');
+    const name = a.startsWith('--') ? a.slice(0, eq < 0 ? undefined : eq) : '';
+    if (!(OWN_FLAGS as readonly string[]).includes(name)) {
+      req.istioArgs.push(a);
+      continue;
+    }
+    let value: string;
+    if (eq >= 0) value = a.slice(eq + 1);
+    else {
+      if (i + 1 >= argv.length) throw new RenderUsageError(`${name} needs a value`);
+      value = argv[++i] as string;
+    }
+    switch (name) {
+      case '--pod':
+        req.pod = value;
+        break;
+      case '--family':
+        if (value !== '4' && value !== '6') throw new RenderUsageError(`--family must be 4 or 6, got "${value}"`);
+        req.family = Number(value) as 4 | 6;
+        break;
+      case '--profile':
+        if (value !== 'istio' && value !== 'linkerd') throw new RenderUsageError(`--profile must be istio or linkerd, got "${value}"`);
+        req.profile = value;
+        break;
+      case '--dns-servers-v4':
+        req.dnsServersV4 = splitList(value);
+        break;
+      case '--dns-servers-v6':
+        req.dnsServersV6 = splitList(value);
+        break;
+    }
+  }
+  if (req.pod !== undefined && req.istioArgs.length > 0) {
+    throw new RenderUsageError(`--pod cannot be combined with istio-iptables flags (${req.istioArgs.join(' ')})`);
+  }
+  return req;
+}
+
+export function loadPodManifest(path: string): V1Pod {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    throw new RenderUsageError(`cannot read pod manifest ${path}: ${(e as Error).message}`);
+  }
+  const doc = parseYaml(text) as unknown; // YAML is a superset of JSON
+  if (!doc || typeof doc !== 'object' || (doc as { kind?: unknown }).kind !== undefined && (doc as { kind?: unknown }).kind !== 'Pod') {
+    throw new RenderUsageError(`${path} is not a Pod manifest`);
+  }
+  return doc as V1Pod;
+}
+
+/** The CaptureConfig a render request describes. */
+export function captureConfigForRender(req: RenderRequest, env: Record<string, string | undefined>): CaptureConfig {
+  const enableIPv6 = req.family === 6;
+  if (req.pod !== undefined) return podToCaptureConfig(loadPodManifest(req.pod), req.profile, { enableIPv6 });
+  const { config, runtime } = parseIstioIptablesArgs(req.istioArgs, {
+    env, enableIPv6, dnsServersV4: req.dnsServersV4, dnsServersV6: req.dnsServersV6,
+  });
+  if (runtime.nativeNftables) throw new RenderUsageError('--native-nftables: meshcap renders iptables rules only');
+  return config;
+}
+
+/** Rendered text for the requested family. */
+export function renderForArgs(argv: readonly string[], env: Record<string, string | undefined> = process.env): string {
+  const req = parseRenderArgs(argv);
+  const out = renderIptables(captureConfigForRender(req, env));
+  return req.family === 6 ? (out.v6 ?? '') : out.v4;
+}
+
+export function registerIptablesCommand(program: Command, io: { write: (s: string) => void } = { write: (s) => process.stdout.write(s) }): Command {
+  const iptables = program.command('iptables').description('iptables fallback (istio-iptables compatible)');
+  iptables
+    .command('render')
+    .description(
+      'print the iptables-restore input istio-iptables would program.\n' +
+      '  render [istio-iptables flags] [--family 4|6] [--dns-servers-v4 LIST] [--dns-servers-v6 LIST]\n' +
+      '  render --pod FILE [--family 4|6] [--profile istio|linkerd]   (YAML or JSON Pod, istio-cni defaults)',
+    )
+    .argument('[args...]', 'istio-iptables flags (-p, -z, -u, ..., --redirect-dns, ...) and the options above')
+    .allowUnknownOption()
+    .allowExcessArguments()
+    .action((args: string[], _opts: unknown, cmd: Command) => {
+      try {
+        io.write(renderForArgs(args));
+      } catch (e) {
+        cmd.error(`meshcap iptables render: ${(e as Error).message}`, { exitCode: 2 });
+      }
+    });
+  return iptables;
+}
