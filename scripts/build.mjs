@@ -31,9 +31,9 @@ await run('make', ['-s', '-C', 'bpf', `OUT=${path.join(build, 'bpf')}`, `VMLINUX
 
 // 3. Native: addon + CNI forwarder. cmake-js uses node-api-headers (package.json
 //    "binary.napi_versions"), so nothing is downloaded.
-await run('npx', ['--no-install', 'cmake-js', 'compile', '--log-level', 'error',
+await run(path.join(root, 'node_modules/.bin/cmake-js'), ['compile', '--log-level', 'error',
   '-d', 'native', '-O', path.join(build, 'native')], { stdio: ['ignore', 'ignore', 'inherit'] });
 
 // 4. TypeScript.
-await run('npx', ['--no-install', 'tsc', '-p', 'tsconfig.json']);
+await run(path.join(root, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.json']);
 console.log('build: ok');

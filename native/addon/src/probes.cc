@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "common.h"
 
@@ -37,12 +38,48 @@ Napi::Value ProbeMapType(const Napi::CallbackInfo& info) {
   return ProbeResult(info.Env(), r, "libbpf_probe_bpf_map_type", "map type " + std::to_string(t));
 }
 
+// libbpf 1.1's libbpf_probe_bpf_helper only recognises the verifier's older
+// "invalid func"/"unknown func" wording; newer kernels say "program of this
+// type cannot use helper", so libbpf answers "yes" to every helper. Probe by
+// trial load instead: `call helper; r0 = 1; exit`. The verifier resolves the
+// helper before it checks the arguments, so any other failure means the
+// helper exists for this program type.
+uint32_t ProbeAttachTypeFor(uint32_t progType) {
+  switch (progType) {
+    case BPF_PROG_TYPE_CGROUP_SOCK_ADDR: return BPF_CGROUP_INET4_CONNECT;
+    case BPF_PROG_TYPE_CGROUP_SOCKOPT: return BPF_CGROUP_GETSOCKOPT;
+    case BPF_PROG_TYPE_CGROUP_SOCK: return BPF_CGROUP_INET_SOCK_CREATE;
+    case BPF_PROG_TYPE_SK_LOOKUP: return BPF_SK_LOOKUP;
+    case BPF_PROG_TYPE_SOCK_OPS: return BPF_CGROUP_SOCK_OPS;
+    case BPF_PROG_TYPE_SK_MSG: return BPF_SK_MSG_VERDICT;
+    default: return 0;
+  }
+}
+
 Napi::Value ProbeHelper(const Napi::CallbackInfo& info) {
   uint32_t t = ArgU32(info, 0, "probeHelper", "progType");
   uint32_t h = ArgU32(info, 1, "probeHelper", "helperId");
-  int r = libbpf_probe_bpf_helper(static_cast<bpf_prog_type>(t), static_cast<bpf_func_id>(h), nullptr);
-  return ProbeResult(info.Env(), r, "libbpf_probe_bpf_helper",
-                     "helper " + std::to_string(h) + " in prog type " + std::to_string(t));
+  struct bpf_insn insns[] = {
+      {BPF_JMP | BPF_CALL, 0, 0, 0, static_cast<int32_t>(h)},
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1},
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+  };
+  static thread_local char log[8192];
+  log[0] = 0;
+  LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = static_cast<bpf_attach_type>(ProbeAttachTypeFor(t)),
+              .log_level = 1, .log_size = sizeof(log), .log_buf = log);
+  int fd = bpf_prog_load(static_cast<bpf_prog_type>(t), nullptr, "GPL", insns, 3, &opts);
+  if (fd >= 0) {
+    close(fd);
+    return Napi::Boolean::New(info.Env(), true);
+  }
+  int err = errno;
+  if (strstr(log, "cannot use helper") || strstr(log, "unknown func") || strstr(log, "invalid func"))
+    return Napi::Boolean::New(info.Env(), false);
+  if (log[0] != 0) return Napi::Boolean::New(info.Env(), true);  // refused for its arguments: helper exists
+  if (err == EINVAL || err == EOPNOTSUPP || err == 524 /* ENOTSUPP */)
+    return Napi::Boolean::New(info.Env(), false);  // program type itself unknown
+  ThrowNativeError(info.Env(), err, "bpf_prog_load", "helper " + std::to_string(h) + " in prog type " + std::to_string(t));
 }
 
 // probeAttach(progType, expectedAttachType, targetPath): load `r0 = 1; exit`

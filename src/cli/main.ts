@@ -1,0 +1,20 @@
+// The meshcap command line (commander: subcommands, help, choices, errors).
+import { Command } from 'commander';
+import { registerProbeCommand } from './probe-command.js';
+import { registerDatapathCommands } from './datapath-commands.js';
+
+const program = new Command('meshcap')
+  .description('eBPF-first service-mesh traffic redirection (CNI plugin + node agent), iptables fallback identical to istio-iptables')
+  .showHelpAfterError();
+
+registerProbeCommand(program);
+registerDatapathCommands(program);
+
+try {
+  await program.parseAsync(process.argv);
+} catch (e) {
+  const err = e as Error & { code?: string; log?: string };
+  console.error(`meshcap: ${err.message}`);
+  if (process.env.MESHCAP_DEBUG && err.log) console.error(err.log);
+  process.exitCode = 1;
+}

@@ -1,0 +1,197 @@
+// Load, attach, pin, adopt and remove the node-wide datapath.
+//
+// Programs attach at the cgroup v2 root through bpf_link, and links and maps
+// are pinned under one pin root, so traffic keeps flowing while the agent is
+// down. Loading again adopts what is pinned: an identical program keeps its
+// link (same link id); a newer build replaces the program inside the existing
+// link with bpf_link_update, so there is never a moment without a program.
+import { existsSync, lstatSync, mkdirSync, readdirSync, rmdirSync, statSync, unlinkSync } from 'node:fs';
+import path from 'node:path';
+import * as bpf from '../native/addon.js';
+import { bpfFdKind, readFdinfo } from './fdinfo.js';
+import { NODE_OBJECTS, objectPath, pinLayout } from './manifest.js';
+import { cgroup2OrThrow, ensureBpffs } from './mounts.js';
+import { MAP, mcSettings, SettingsFlag } from '../maps/layout.js';
+
+export interface LinkState {
+  name: string;
+  pin: string;
+  linkId: number;
+  progId: number;
+  progTag: string;
+  /** what this load did with it */
+  action: 'created' | 'adopted' | 'replaced';
+}
+
+export interface LoadResult {
+  pinRoot: string;
+  cgroup: string;
+  links: LinkState[];
+}
+
+/** A pin under our root that is not what meshcap would have put there. */
+export class ForeignPinError extends Error {
+  constructor(readonly pin: string, detail: string) {
+    super(`${pin}: ${detail}. meshcap will not overwrite it: remove it by hand if it is stale (rm ${pin}) or choose another --pin-root`);
+    this.name = 'ForeignPinError';
+  }
+}
+
+function withFd<T>(fd: number, f: (fd: number) => T): T {
+  try {
+    return f(fd);
+  } finally {
+    bpf.closeFd(fd);
+  }
+}
+
+/** Check a pinned link is a cgroup link of the expected attach type, on the expected cgroup. */
+function inspectPinnedLink(pin: string, attachType: number, cgroupId: bigint): { fd: number; info: Record<string, string> } {
+  const fd = bpf.objGet(pin);
+  const info = readFdinfo(fd);
+  const kind = bpfFdKind(info);
+  if (kind !== 'link') {
+    bpf.closeFd(fd);
+    throw new ForeignPinError(pin, `expected a pinned bpf_link, found a ${kind}`);
+  }
+  const li = bpf.linkInfo(fd);
+  if (li.attachType !== null && li.attachType !== attachType) {
+    bpf.closeFd(fd);
+    throw new ForeignPinError(pin, `link has attach type ${li.attachType}, expected ${attachType}`);
+  }
+  if (li.cgroupId !== null && li.cgroupId !== cgroupId) {
+    bpf.closeFd(fd);
+    throw new ForeignPinError(pin, `link is attached to cgroup id ${li.cgroupId}, not the cgroup v2 root (id ${cgroupId})`);
+  }
+  return { fd, info };
+}
+
+export async function loadDatapath(opts: { pinRoot: string; splice?: boolean }): Promise<LoadResult> {
+  await ensureBpffs();
+  const cgroup = cgroup2OrThrow();
+  const cgroupId = BigInt(statSync(cgroup).ino);
+  const L = pinLayout(opts.pinRoot);
+  for (const d of [L.root, L.maps, L.links, L.pods]) mkdirSync(d, { recursive: true });
+
+  const links: LinkState[] = [];
+  for (const spec of NODE_OBJECTS) {
+    const obj = bpf.openObject(objectPath(spec.file), { mapPinDir: L.maps });
+    try {
+      await obj.load();
+      const progs = new Map(obj.programs().map((p) => [p.name, p]));
+      for (const cp of spec.cgroup) {
+        const prog = progs.get(cp.name);
+        if (!prog) throw new Error(`${spec.file} has no program ${cp.name}: the build is out of date (npm run setup)`);
+        const attachType = bpf.consts.attachType[cp.attachType];
+        if (attachType === undefined) throw new Error(`unknown attach type ${cp.attachType}`);
+        const newTag = bpf.progInfo(prog.fd).tag;
+        const pin = L.link(cp.name);
+
+        if (existsSync(pin)) {
+          const { fd, info } = inspectPinnedLink(pin, attachType, cgroupId);
+          withFd(fd, () => {
+            let action: LinkState['action'] = 'adopted';
+            if (info.prog_tag !== newTag) {
+              bpf.linkUpdate(fd, prog.fd);
+              action = 'replaced';
+            }
+            const li = bpf.linkInfo(fd);
+            links.push({ name: cp.name, pin, linkId: li.id, progId: li.progId, progTag: newTag, action });
+          });
+        } else {
+          const fd = bpf.linkCreateCgroup(prog.fd, cgroup, attachType);
+          withFd(fd, () => {
+            bpf.objPin(fd, pin);
+            const li = bpf.linkInfo(fd);
+            links.push({ name: cp.name, pin, linkId: li.id, progId: li.progId, progTag: newTag, action: 'created' });
+          });
+        }
+      }
+    } finally {
+      obj.close();
+    }
+  }
+  setSplice(opts.pinRoot, opts.splice ?? false);
+  return { pinRoot: opts.pinRoot, cgroup, links };
+}
+
+/** Turn the app<->proxy splice on or off (live, through the settings map). */
+export function setSplice(pinRoot: string, on: boolean): void {
+  const fd = bpf.objGet(path.join(pinLayout(pinRoot).maps, MAP.settings));
+  withFd(fd, () => {
+    const key = Buffer.alloc(4);
+    bpf.mapUpdate(fd, key, mcSettings.encode({ flags: on ? SettingsFlag.SPLICE : 0 }));
+  });
+}
+
+export interface UninstallResult {
+  detached: string[];
+  unpinned: string[];
+  leftBehind: string[];
+}
+
+const OUR_NAME = /^(mc_[a-z0-9_]+|inbound)$/;
+
+/**
+ * Detach and unpin everything meshcap pinned under the pin root, and nothing
+ * else: a pin whose name meshcap never uses is reported and left in place.
+ */
+export function uninstallDatapath(pinRoot: string): UninstallResult {
+  const res: UninstallResult = { detached: [], unpinned: [], leftBehind: [] };
+  if (!existsSync(pinRoot)) return res;
+  const L = pinLayout(pinRoot);
+
+  const removePin = (pin: string) => {
+    const name = path.basename(pin);
+    if (!OUR_NAME.test(name)) {
+      res.leftBehind.push(pin);
+      return;
+    }
+    let fd = -1;
+    try {
+      fd = bpf.objGet(pin);
+      if (bpfFdKind(readFdinfo(fd)) === 'link') {
+        // Detach even if someone else holds the link open.
+        bpf.linkDetach(fd);
+        res.detached.push(pin);
+      }
+    } catch {
+      // Not a BPF object (or already gone): handled by unlink below.
+    } finally {
+      if (fd >= 0) bpf.closeFd(fd);
+    }
+    unlinkSync(pin);
+    res.unpinned.push(pin);
+  };
+
+  const sweep = (dir: string, depth: number) => {
+    if (!existsSync(dir)) return;
+    for (const e of readdirSync(dir)) {
+      const p = path.join(dir, e);
+      if (lstatSync(p).isDirectory()) {
+        if (depth > 0) sweep(p, depth - 1);
+        else res.leftBehind.push(p);
+        tryRmdir(p, res);
+      } else {
+        removePin(p);
+      }
+    }
+  };
+  // Links before maps: no program may run against a half-removed map set.
+  sweep(L.links, 0);
+  sweep(L.pods, 1);
+  sweep(L.maps, 0);
+  for (const d of [L.links, L.pods, L.maps]) tryRmdir(d, res);
+  for (const e of readdirSync(L.root)) {
+    const p = path.join(L.root, e);
+    if (!res.leftBehind.includes(p)) res.leftBehind.push(p);
+  }
+  tryRmdir(L.root, res);
+  return res;
+}
+
+function tryRmdir(dir: string, res: UninstallResult) {
+  if (!existsSync(dir)) return;
+  if (readdirSync(dir).length === 0) rmdirSync(dir);
+  else if (!res.leftBehind.some((p) => p.startsWith(dir + '/')) && !res.leftBehind.includes(dir)) res.leftBehind.push(dir);
+}

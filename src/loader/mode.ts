@@ -1,0 +1,44 @@
+// The mode decision as a pure function of the probe's inputs, so every row of
+// the table is testable without booting a kernel.
+import { MIN_EBPF_KERNEL, REQUIRED_FEATURES, type FeatureResult } from './features.js';
+import { kernelAtLeast, parseKernelRelease } from './kernel.js';
+
+export type Mode = 'ebpf' | 'iptables';
+export type ModeRequest = Mode | 'auto';
+
+export interface ModeDecision {
+  mode: Mode;
+  reasons: string[];
+}
+
+export class ModeRefusedError extends Error {
+  constructor(readonly reasons: string[]) {
+    super(`eBPF mode refused on this node: ${reasons.join('; ')}. Run 'meshcap probe' for details, or use --mode auto/iptables.`);
+    this.name = 'ModeRefusedError';
+  }
+}
+
+export function decideMode(input: {
+  kernel: string;
+  features: Record<string, FeatureResult>;
+  requested: ModeRequest;
+}): ModeDecision {
+  const { kernel, features, requested } = input;
+  if (requested === 'iptables') return { mode: 'iptables', reasons: ['iptables mode forced by --mode iptables'] };
+
+  const blockers: string[] = [];
+  const v = parseKernelRelease(kernel);
+  if (!kernelAtLeast(v, MIN_EBPF_KERNEL.major, MIN_EBPF_KERNEL.minor)) {
+    blockers.push(`kernel ${kernel} is below ${MIN_EBPF_KERNEL.major}.${MIN_EBPF_KERNEL.minor}: iptables mode always`);
+  }
+  for (const spec of REQUIRED_FEATURES) {
+    const r = features[spec.name];
+    if (!r) blockers.push(`${spec.name} was not probed`);
+    else if (!r.ok) blockers.push(`${spec.name} missing (needs Linux ${spec.since}+, for ${spec.why})${r.detail ? `: ${r.detail}` : ''}`);
+  }
+  if (blockers.length === 0) {
+    return { mode: 'ebpf', reasons: [`every hook eBPF mode needs is present (kernel ${kernel})${requested === 'ebpf' ? ', --mode ebpf' : ''}`] };
+  }
+  if (requested === 'ebpf') throw new ModeRefusedError(blockers);
+  return { mode: 'iptables', reasons: blockers };
+}

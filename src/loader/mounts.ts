@@ -1,0 +1,65 @@
+// Where cgroup v2 and bpffs are mounted, read from /proc/self/mountinfo: hosts
+// differ (/sys/fs/cgroup on unified hosts, /sys/fs/cgroup/unified on hybrid
+// ones), so nothing here assumes a path.
+import { readFileSync } from 'node:fs';
+import { mkdir } from 'node:fs/promises';
+import { execa } from 'execa';
+
+export interface Mount {
+  mountPoint: string;
+  fsType: string;
+  root: string;
+}
+
+/** Parse mountinfo text (proc(5)): fields before " - " then fstype and source. */
+export function parseMountinfo(text: string): Mount[] {
+  const mounts: Mount[] = [];
+  for (const line of text.split('\n')) {
+    if (!line.trim()) continue;
+    const sep = line.indexOf(' - ');
+    if (sep < 0) continue;
+    const pre = line.slice(0, sep).split(' ');
+    const post = line.slice(sep + 3).split(' ');
+    if (pre.length < 5 || post.length < 1) continue;
+    mounts.push({ root: unescapeOctal(pre[3]!), mountPoint: unescapeOctal(pre[4]!), fsType: post[0]! });
+  }
+  return mounts;
+}
+
+function unescapeOctal(s: string): string {
+  return s.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+}
+
+function readMounts(): Mount[] {
+  return parseMountinfo(readFileSync('/proc/self/mountinfo', 'utf8'));
+}
+
+/** The cgroup v2 mount whose root is the hierarchy root, or null. */
+export function findCgroup2(mounts: Mount[] = readMounts()): string | null {
+  const c = mounts.filter((m) => m.fsType === 'cgroup2');
+  return (c.find((m) => m.root === '/') ?? c[0])?.mountPoint ?? null;
+}
+
+export function findBpffs(mounts: Mount[] = readMounts()): string | null {
+  const b = mounts.filter((m) => m.fsType === 'bpf');
+  return (b.find((m) => m.mountPoint === '/sys/fs/bpf') ?? b[0])?.mountPoint ?? null;
+}
+
+export function cgroup2OrThrow(): string {
+  const p = findCgroup2();
+  if (!p) {
+    throw new Error('no cgroup v2 hierarchy is mounted (none in /proc/self/mountinfo): eBPF mode attaches at the cgroup v2 root; mount one (mount -t cgroup2 none /sys/fs/cgroup/unified) or use --mode iptables');
+  }
+  return p;
+}
+
+/** Mount bpffs at /sys/fs/bpf when no bpffs is mounted; return the mount point. */
+export async function ensureBpffs(): Promise<string> {
+  const found = findBpffs();
+  if (found) return found;
+  await mkdir('/sys/fs/bpf', { recursive: true });
+  await execa('mount', ['-t', 'bpf', 'bpf', '/sys/fs/bpf']);
+  const now = findBpffs();
+  if (!now) throw new Error('mounted bpffs at /sys/fs/bpf but it does not show in /proc/self/mountinfo');
+  return now;
+}

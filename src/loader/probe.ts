@@ -1,0 +1,132 @@
+// Ask the running kernel for every feature eBPF mode needs, then decide the
+// mode. Attach types are probed by a trial attach on a throwaway cgroup and
+// netns; the datapath objects themselves are trial-loaded, so a verifier that
+// refuses one of them is reported with its own message.
+import { mkdirSync, rmdirSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { execa } from 'execa';
+import * as bpf from '../native/addon.js';
+import { REQUIRED_FEATURES, type FeatureResult, type FeatureSpec } from './features.js';
+import { decideMode, type ModeDecision, type ModeRequest } from './mode.js';
+import { NODE_OBJECTS, POD_INBOUND_OBJECT, objectPath } from './manifest.js';
+import { findCgroup2 } from './mounts.js';
+
+export interface ProbeReport {
+  kernel: string;
+  mode: ModeDecision['mode'];
+  features: Record<string, FeatureResult>;
+  reasons: string[];
+}
+
+function num(table: Record<string, number>, key: string | undefined, what: string): number {
+  const v = key === undefined ? undefined : table[key];
+  if (v === undefined) throw new Error(`the system bpf.h has no ${what} ${key}`);
+  return v;
+}
+
+/** First verifier line that says why, for a one-line reason. */
+export function verifierReason(log: string | undefined, fallback: string): string {
+  if (!log) return fallback;
+  const lines = log.split('\n').map((l) => l.trim()).filter(Boolean);
+  const hit = lines.find((l) => /cannot|invalid|unknown|not supported|disallowed|denied|unreachable|R\d+ /.test(l) && !/^;/.test(l));
+  return hit ?? lines.at(-1) ?? fallback;
+}
+
+async function trialLoadObjects(): Promise<FeatureResult & { failures: string[] }> {
+  const failures: string[] = [];
+  for (const file of [...NODE_OBJECTS.map((o) => o.file), POD_INBOUND_OBJECT]) {
+    let obj: bpf.BpfObject | null = null;
+    try {
+      obj = bpf.openObject(objectPath(file));
+      await obj.load();
+    } catch (e) {
+      const err = e as bpf.NativeError;
+      failures.push(`${file}: ${verifierReason(err.log, err.message)}`);
+    } finally {
+      obj?.close();
+    }
+  }
+  return { ok: failures.length === 0, since: '', why: '', failures, ...(failures.length ? { detail: failures.join('; ') } : {}) };
+}
+
+interface Targets {
+  cgroup: string | null;
+  netns: string | null;
+  cleanup: () => Promise<void>;
+}
+
+async function makeTargets(): Promise<Targets> {
+  const root = findCgroup2();
+  let cgroup: string | null = null;
+  if (root) {
+    cgroup = path.join(root, `meshcap-probe-${process.pid}`);
+    mkdirSync(cgroup, { recursive: true });
+  }
+  const ns = `meshcap-probe-${process.pid}`;
+  let netns: string | null = null;
+  try {
+    await execa('ip', ['netns', 'add', ns]);
+    netns = `/var/run/netns/${ns}`;
+  } catch {
+    netns = null;
+  }
+  return {
+    cgroup,
+    netns,
+    cleanup: async () => {
+      if (cgroup) rmdirSync(cgroup);
+      if (netns) await execa('ip', ['netns', 'del', ns]).catch(() => undefined);
+    },
+  };
+}
+
+async function probeOne(spec: FeatureSpec, t: Targets): Promise<Omit<FeatureResult, 'since' | 'why'>> {
+  const c = bpf.consts;
+  switch (spec.kind) {
+    case 'prog':
+      return { ok: bpf.probeProgType(num(c.progType, spec.progType, 'program type')) };
+    case 'map':
+      return { ok: bpf.probeMapType(num(c.mapType, spec.mapType, 'map type')) };
+    case 'helper':
+      return { ok: bpf.probeHelper(num(c.progType, spec.progType, 'program type'), num(c.helper, spec.helper, 'helper')) };
+    case 'attach': {
+      const target = spec.target === 'netns' ? t.netns : t.cgroup;
+      if (!target) return { ok: false, detail: spec.target === 'netns' ? 'could not create a probe netns (ip netns add)' : 'no cgroup v2 mount' };
+      const r = bpf.probeAttach(num(c.progType, spec.progType, 'program type'), num(c.attachType, spec.attachType, 'attach type'), target);
+      return r.ok ? { ok: true } : { ok: false, detail: `bpf_link_create: ${r.code ?? r.errno}` };
+    }
+    case 'sockopt':
+      try {
+        await bpf.netnsCookie('/proc/self/ns/net');
+        return { ok: true };
+      } catch (e) {
+        return { ok: false, detail: (e as Error).message };
+      }
+    case 'objects': {
+      const r = await trialLoadObjects();
+      return r.ok ? { ok: true } : { ok: false, detail: r.detail ?? 'verifier refused' };
+    }
+  }
+}
+
+export async function probeKernel(requested: ModeRequest = 'auto', kernel = os.release()): Promise<ProbeReport> {
+  const features: Record<string, FeatureResult> = {};
+  const targets = await makeTargets();
+  try {
+    for (const spec of REQUIRED_FEATURES) {
+      let r: Omit<FeatureResult, 'since' | 'why'>;
+      try {
+        r = await probeOne(spec, targets);
+      } catch (e) {
+        r = { ok: false, detail: (e as Error).message };
+      }
+      features[spec.name] = { ok: r.ok, since: spec.since, why: spec.why, ...(r.detail ? { detail: r.detail } : {}) };
+    }
+  } finally {
+    await targets.cleanup();
+  }
+  const d = decideMode({ kernel, features, requested: requested === 'ebpf' ? 'auto' : requested });
+  if (requested === 'ebpf' && d.mode !== 'ebpf') decideMode({ kernel, features, requested }); // throws ModeRefusedError with the reasons
+  return { kernel, mode: d.mode, features, reasons: d.reasons };
+}

@@ -1,0 +1,110 @@
+// Writes and removes pods in the pinned maps. Order matters for a live
+// datapath: a pod's CIDR and port entries go in before its mc_pods entry (the
+// entry that switches capture on), and on removal mc_pods goes first, so a
+// connection never sees a half-configured pod.
+import path from 'node:path';
+import * as bpf from '../native/addon.js';
+import type { CaptureConfig } from '../redirect/config.js';
+import { pinLayout } from '../loader/manifest.js';
+import { MAP, mcPod, mcStats, u64Key, type McPod, type McStats } from './layout.js';
+import { netnsOfKey, podEntries, type MapEntry, type MapName, type PodEntries } from './pod-entries.js';
+
+const SWEPT: MapName[] = [MAP.cidrs, MAP.ports];
+
+export class PodMaps {
+  private readonly fds = new Map<MapName, number>();
+  private readonly keySizes = new Map<MapName, number>();
+
+  constructor(readonly pinRoot: string) {
+    const dir = pinLayout(pinRoot).maps;
+    try {
+      for (const name of [MAP.pods, MAP.cidrs, MAP.ports, MAP.stats] as MapName[]) {
+        const fd = bpf.objGet(path.join(dir, name));
+        this.fds.set(name, fd);
+        this.keySizes.set(name, bpf.mapInfo(fd).keySize);
+      }
+    } catch (e) {
+      this.close();
+      throw new Error(`cannot open meshcap's pinned maps under ${dir}: ${(e as Error).message}. Is the datapath loaded (meshcap load)?`);
+    }
+  }
+
+  close(): void {
+    for (const fd of this.fds.values()) bpf.closeFd(fd);
+    this.fds.clear();
+  }
+
+  private fd(name: MapName): number {
+    const fd = this.fds.get(name);
+    if (fd === undefined) throw new Error(`map ${name} is not open`);
+    return fd;
+  }
+
+  /** Put the pod's entries in place; returns what was written. Idempotent. */
+  write(netns: bigint, cfg: CaptureConfig, podIPs: string[]): PodEntries {
+    const e = podEntries(netns, cfg, podIPs);
+    const put = (x: MapEntry, flags = 0) => bpf.mapUpdate(this.fd(x.map), x.key, x.value, flags);
+    for (const x of [...e.cidrs, ...e.ports]) put(x);
+    // Counters survive a repeated ADD: only create them.
+    try {
+      put(e.stats, bpf.consts.BPF_NOEXIST);
+    } catch (err) {
+      if ((err as { code?: string }).code !== 'EEXIST') throw err;
+    }
+    put(e.pod);
+    // Drop entries of an earlier config of the same pod.
+    const want = new Set([...e.cidrs, ...e.ports].map((x) => `${x.map}:${x.key.toString('hex')}`));
+    for (const m of SWEPT) {
+      for (const key of this.keysOf(m, netns)) {
+        if (!want.has(`${m}:${key.toString('hex')}`)) bpf.mapDelete(this.fd(m), key);
+      }
+    }
+    return e;
+  }
+
+  /** Remove every entry of the pod. Returns how many were removed. */
+  remove(netns: bigint): number {
+    let n = 0;
+    if (bpf.mapDelete(this.fd(MAP.pods), u64Key(netns))) n++;
+    for (const m of SWEPT) for (const key of this.keysOf(m, netns)) if (bpf.mapDelete(this.fd(m), key)) n++;
+    if (bpf.mapDelete(this.fd(MAP.stats), u64Key(netns))) n++;
+    return n;
+  }
+
+  keysOf(map: MapName, netns: bigint): Buffer[] {
+    return bpf.mapKeys(this.fd(map), this.keySizes.get(map)!).filter((k) => netnsOfKey(map, k) === netns);
+  }
+
+  pod(netns: bigint): McPod | null {
+    const v = bpf.mapLookup(this.fd(MAP.pods), u64Key(netns), mcPod.size);
+    return v ? mcPod.decode(v) : null;
+  }
+
+  stats(netns: bigint): McStats | null {
+    const v = bpf.mapLookup(this.fd(MAP.stats), u64Key(netns), mcStats.size);
+    return v ? mcStats.decode(v) : null;
+  }
+
+  pods(): bigint[] {
+    return bpf.mapKeys(this.fd(MAP.pods), 8).map((k) => k.readBigUInt64LE(0));
+  }
+
+  /** Every entry the pod should have that is missing or different (empty: all good). */
+  diff(netns: bigint, cfg: CaptureConfig, podIPs: string[]): string[] {
+    const e = podEntries(netns, cfg, podIPs);
+    const problems: string[] = [];
+    const live = bpf.mapLookup(this.fd(MAP.pods), e.pod.key, mcPod.size);
+    if (!live) problems.push(`no ${MAP.pods} entry for netns cookie ${netns}`);
+    else if (!live.equals(e.pod.value)) problems.push(`${MAP.pods} entry for netns cookie ${netns} differs from the pod's config`);
+    if (!bpf.mapLookup(this.fd(MAP.stats), e.stats.key, mcStats.size)) problems.push(`no ${MAP.stats} entry`);
+    for (const m of SWEPT) {
+      const want = [...e.cidrs, ...e.ports].filter((x) => x.map === m).map((x) => x.key.toString('hex'));
+      const have = new Set(this.keysOf(m, netns).map((k) => k.toString('hex')));
+      const missing = want.filter((k) => !have.has(k));
+      if (missing.length) problems.push(`${missing.length} ${m} entries missing`);
+      const extra = [...have].filter((k) => !want.includes(k));
+      if (extra.length) problems.push(`${extra.length} stale ${m} entries`);
+    }
+    return problems;
+  }
+}
