@@ -1,0 +1,273 @@
+// Typed entry point to meshcap_native.node (native/addon/): libbpf objects,
+// bpf_link attach/update/detach, map element ops, feature probes, netns
+// cookies and SO_ORIGINAL_DST. Loaded relative to this module, so it resolves
+// the same from src/ (vitest) and dist/ (built): both sit two levels below
+// the repository root.
+import { createRequire } from 'node:module';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { NativeError, type NativeErrorInit } from './errors.js';
+
+export { NativeError } from './errors.js';
+
+export interface ProgramInfo {
+  name: string;
+  section: string;
+  type: number;
+  expectedAttachType: number;
+  /** -1 before load (and after a failed load). Owned by the BpfObject: closed by close(). */
+  fd: number;
+}
+
+export interface MapInfo {
+  name: string;
+  type: number;
+  keySize: number;
+  valueSize: number;
+  maxEntries: number;
+  /** -1 before load. Owned by the BpfObject: closed by close(). */
+  fd: number;
+  pinPath: string | null;
+}
+
+export interface BpfObject {
+  readonly path: string;
+  /** Before load: overwrite a `const volatile` global in .rodata (size must match the variable). */
+  setRodata(varName: string, value: Buffer): void;
+  /** bpf_object__load on a worker thread; rejects with NativeError (.log has the verifier log). */
+  load(): Promise<void>;
+  programs(): ProgramInfo[];
+  maps(): MapInfo[];
+  /** bpf_object__close: closes program/map fds; pins and links made from them stay. Idempotent. */
+  close(): void;
+}
+
+export interface OpenObjectOptions {
+  /**
+   * Pin every (non-internal) map at `${mapPinDir}/${mapName}`: a compatible
+   * pinned map is reused, a missing one created and pinned, an incompatible
+   * one fails load() naming the map. Internal maps (.rodata/.data/.bss) are
+   * never pinned: they carry per-load configuration.
+   */
+  mapPinDir?: string;
+}
+
+export interface LinkInfo {
+  id: number;
+  progId: number;
+  type: number;
+  attachType: number | null;
+  cgroupId: bigint | null;
+  netnsIno: number | null;
+}
+
+export interface ProgInfo {
+  id: number;
+  name: string;
+  type: number;
+  /** 16 hex chars */
+  tag: string;
+}
+
+export interface KernelMapInfo {
+  id: number;
+  name: string;
+  type: number;
+  keySize: number;
+  valueSize: number;
+  maxEntries: number;
+  flags: number;
+}
+
+export interface ProbeAttachResult {
+  ok: boolean;
+  code?: string;
+  errno?: number;
+  /** which step failed: 'bpf_prog_load' or 'bpf_link_create' */
+  syscall?: string;
+}
+
+export interface OriginalDst {
+  family: 4 | 6;
+  address: string;
+  port: number;
+  /** the bytes the kernel returned (optlen of them) */
+  raw: Buffer;
+  optlen: number;
+}
+
+// Names the rest of meshcap relies on; checked when the addon loads so the
+// typed properties below are true on this build (the tables hold every
+// enumerator of the system <linux/bpf.h>, these are just the guaranteed ones).
+const PROG_TYPES = ['CGROUP_SKB', 'CGROUP_SOCK', 'CGROUP_SOCK_ADDR', 'CGROUP_SOCKOPT', 'SOCK_OPS', 'SK_MSG', 'SK_SKB', 'SK_LOOKUP', 'SCHED_CLS', 'SCHED_ACT'] as const;
+const ATTACH_TYPES = ['CGROUP_INET_INGRESS', 'CGROUP_INET_EGRESS', 'CGROUP_INET_SOCK_CREATE', 'CGROUP_SOCK_OPS', 'SK_MSG_VERDICT', 'SK_SKB_STREAM_PARSER', 'SK_SKB_STREAM_VERDICT', 'CGROUP_INET4_CONNECT', 'CGROUP_INET6_CONNECT', 'CGROUP_INET4_BIND', 'CGROUP_INET6_BIND', 'CGROUP_INET4_POST_BIND', 'CGROUP_INET6_POST_BIND', 'CGROUP_UDP4_SENDMSG', 'CGROUP_UDP6_SENDMSG', 'CGROUP_UDP4_RECVMSG', 'CGROUP_UDP6_RECVMSG', 'CGROUP_GETSOCKOPT', 'CGROUP_SETSOCKOPT', 'CGROUP_INET4_GETPEERNAME', 'CGROUP_INET6_GETPEERNAME', 'CGROUP_INET4_GETSOCKNAME', 'CGROUP_INET6_GETSOCKNAME', 'CGROUP_INET_SOCK_RELEASE', 'SK_LOOKUP'] as const;
+const MAP_TYPES = ['HASH', 'ARRAY', 'PERCPU_HASH', 'PERCPU_ARRAY', 'LRU_HASH', 'LPM_TRIE', 'SOCKMAP', 'SOCKHASH', 'SK_STORAGE', 'RINGBUF'] as const;
+const LINK_TYPES = ['CGROUP', 'NETNS', 'XDP'] as const;
+const HELPERS = ['map_lookup_elem', 'map_update_elem', 'map_delete_elem', 'get_netns_cookie', 'get_socket_cookie', 'get_current_uid_gid', 'sock_hash_update', 'msg_redirect_hash', 'sk_lookup_tcp', 'sk_assign', 'sk_release', 'sk_storage_get', 'bind'] as const;
+
+type Table<K extends string> = Record<string, number> & Record<K, number>;
+
+export interface Consts {
+  progType: Table<(typeof PROG_TYPES)[number]>;
+  attachType: Table<(typeof ATTACH_TYPES)[number]>;
+  mapType: Table<(typeof MAP_TYPES)[number]>;
+  linkType: Table<(typeof LINK_TYPES)[number]>;
+  helper: Table<(typeof HELPERS)[number]>;
+  BPF_ANY: number;
+  BPF_NOEXIST: number;
+  BPF_EXIST: number;
+  BPF_F_REPLACE: number;
+  BPF_F_LOCK: number;
+}
+
+interface Binding {
+  _setErrorFactory(factory: (init: NativeErrorInit) => Error): void;
+  openObject(path: string, opts?: OpenObjectOptions): BpfObject;
+  linkCreateCgroup(progFd: number, cgroupPath: string, attachType: number): number;
+  linkCreateNetns(progFd: number, netnsPath: string, attachType: number): number;
+  linkUpdate(linkFd: number, newProgFd: number, oldProgFd?: number): void;
+  linkDetach(linkFd: number): void;
+  linkInfo(fd: number): LinkInfo;
+  progInfo(fd: number): ProgInfo;
+  mapInfo(fd: number): KernelMapInfo;
+  objPin(fd: number, path: string): void;
+  objGet(path: string): number;
+  closeFd(fd: number): void;
+  mapUpdate(fd: number, key: Buffer, value: Buffer, flags?: number): void;
+  mapLookup(fd: number, key: Buffer, valueSize: number): Buffer | null;
+  mapDelete(fd: number, key: Buffer): boolean;
+  mapKeys(fd: number, keySize: number): Buffer[];
+  mapUpdateBatch(fd: number, keys: Buffer[], values: Buffer[]): void;
+  mapDeleteBatch(fd: number, keys: Buffer[]): number;
+  probeProgType(progType: number): boolean;
+  probeMapType(mapType: number): boolean;
+  probeHelper(progType: number, helperId: number): boolean;
+  probeAttach(progType: number, expectedAttachType: number, targetPath: string): ProbeAttachResult;
+  netnsCookie(netnsPath: string): Promise<bigint>;
+  getOriginalDst(fd: number, level: 'ipv4' | 'ipv6'): OriginalDst;
+  libbpfVersion(): string;
+  takeLibbpfLog(): string;
+  consts: Consts;
+}
+
+/** Where the addon is: MESHCAP_NATIVE_ADDON if set, else build/native/Release of this checkout. */
+export const addonPath: string =
+  process.env.MESHCAP_NATIVE_ADDON ??
+  fileURLToPath(new URL('../../build/native/Release/meshcap_native.node', import.meta.url));
+
+function loadBinding(): Binding {
+  if (!existsSync(addonPath)) {
+    throw new Error(
+      `meshcap native addon not found at ${addonPath}: build it with \`npx cmake-js compile -d native -O build/native\` (or npm run build)`,
+    );
+  }
+  const binding = createRequire(import.meta.url)(addonPath) as Binding;
+  binding._setErrorFactory((init) => new NativeError(init));
+  const c = binding.consts;
+  const required: [string, Record<string, number>, readonly string[]][] = [
+    ['progType', c.progType, PROG_TYPES],
+    ['attachType', c.attachType, ATTACH_TYPES],
+    ['mapType', c.mapType, MAP_TYPES],
+    ['linkType', c.linkType, LINK_TYPES],
+    ['helper', c.helper, HELPERS],
+  ];
+  for (const [table, values, names] of required) {
+    const missing = names.filter((n) => typeof values[n] !== 'number');
+    if (missing.length) {
+      throw new Error(`meshcap native addon at ${addonPath}: consts.${table} lacks ${missing.join(', ')} (built against an old <linux/bpf.h>?)`);
+    }
+  }
+  return binding;
+}
+
+const native = loadBinding();
+
+export const consts: Consts = native.consts;
+
+export function openObject(path: string, opts?: OpenObjectOptions): BpfObject {
+  return native.openObject(path, opts);
+}
+/** bpf_link_create on an O_RDONLY fd of the cgroup directory; returns the link fd. */
+export function linkCreateCgroup(progFd: number, cgroupPath: string, attachType: number): number {
+  return native.linkCreateCgroup(progFd, cgroupPath, attachType);
+}
+/** bpf_link_create on a netns file (/proc/<pid>/ns/net, /var/run/netns/<name>), e.g. BPF_SK_LOOKUP. */
+export function linkCreateNetns(progFd: number, netnsPath: string, attachType: number): number {
+  return native.linkCreateNetns(progFd, netnsPath, attachType);
+}
+/** Swap the link's program in place (BPF_F_REPLACE with oldProgFd: only if it still runs that one). */
+export function linkUpdate(linkFd: number, newProgFd: number, oldProgFd?: number): void {
+  if (oldProgFd === undefined) native.linkUpdate(linkFd, newProgFd);
+  else native.linkUpdate(linkFd, newProgFd, oldProgFd);
+}
+export function linkDetach(linkFd: number): void {
+  native.linkDetach(linkFd);
+}
+export function linkInfo(fd: number): LinkInfo {
+  return native.linkInfo(fd);
+}
+export function progInfo(fd: number): ProgInfo {
+  return native.progInfo(fd);
+}
+export function mapInfo(fd: number): KernelMapInfo {
+  return native.mapInfo(fd);
+}
+export function objPin(fd: number, path: string): void {
+  native.objPin(fd, path);
+}
+export function objGet(path: string): number {
+  return native.objGet(path);
+}
+export function closeFd(fd: number): void {
+  native.closeFd(fd);
+}
+/** flags: consts.BPF_ANY (default), BPF_NOEXIST, BPF_EXIST. */
+export function mapUpdate(fd: number, key: Buffer, value: Buffer, flags?: number): void {
+  if (flags === undefined) native.mapUpdate(fd, key, value);
+  else native.mapUpdate(fd, key, value, flags);
+}
+/** The value, or null when the key is absent. valueSize must equal the map's (per-CPU: all CPUs' slots). */
+export function mapLookup(fd: number, key: Buffer, valueSize: number): Buffer | null {
+  return native.mapLookup(fd, key, valueSize);
+}
+/** false when the key was absent. */
+export function mapDelete(fd: number, key: Buffer): boolean {
+  return native.mapDelete(fd, key);
+}
+export function mapKeys(fd: number, keySize: number): Buffer[] {
+  return native.mapKeys(fd, keySize);
+}
+export function mapUpdateBatch(fd: number, keys: Buffer[], values: Buffer[]): void {
+  native.mapUpdateBatch(fd, keys, values);
+}
+/** Deletes every present key; returns how many were present. */
+export function mapDeleteBatch(fd: number, keys: Buffer[]): number {
+  return native.mapDeleteBatch(fd, keys);
+}
+export function probeProgType(progType: number): boolean {
+  return native.probeProgType(progType);
+}
+export function probeMapType(mapType: number): boolean {
+  return native.probeMapType(mapType);
+}
+export function probeHelper(progType: number, helperId: number): boolean {
+  return native.probeHelper(progType, helperId);
+}
+/** Trial load of `r0 = 1; exit` with that type + bpf_link_create on targetPath; both closed again. */
+export function probeAttach(progType: number, expectedAttachType: number, targetPath: string): ProbeAttachResult {
+  return native.probeAttach(progType, expectedAttachType, targetPath);
+}
+/** SO_NETNS_COOKIE of the netns at netnsPath, read on a short-lived thread that setns()es into it. */
+export function netnsCookie(netnsPath: string): Promise<bigint> {
+  return native.netnsCookie(netnsPath);
+}
+export function getOriginalDst(fd: number, level: 'ipv4' | 'ipv6'): OriginalDst {
+  return native.getOriginalDst(fd, level);
+}
+export function libbpfVersion(): string {
+  return native.libbpfVersion();
+}
+/** libbpf messages printed outside a load/open (e.g. by probes) since the last call; drains the buffer. */
+export function takeLibbpfLog(): string {
+  return native.takeLibbpfLog();
+}
