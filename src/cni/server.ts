@@ -1,0 +1,170 @@
+// The agent's CNI endpoint: a unix socket the meshcap-cni forwarder connects
+// to once per runtime call. One bounded request per connection, dispatched
+// to the handlers, one reply, one log line.
+import { mkdir, chmod, lstat, stat, unlink } from 'node:fs/promises';
+import net from 'node:net';
+import path from 'node:path';
+import type { Logger } from 'pino';
+import { dispatch } from './dispatch.js';
+import { CNI_ERROR_CODES, CniError } from './spec.js';
+import type { CniHandlers } from './types.js';
+import { MAX_REQUEST_BYTES, decodeWireRequest, encodeWireReply, type WireReply } from './wire.js';
+
+export interface CniServerOptions {
+  socketPath: string;
+  handlers: CniHandlers;
+  logger: Logger;
+  /** How long a client may take to send its request (default 5000 ms). */
+  requestReadTimeoutMs?: number;
+}
+
+export interface CniServer {
+  close(): Promise<void>;
+  address: string;
+}
+
+function errorReply(err: CniError): WireReply {
+  return { exitCode: 1, stdout: JSON.stringify(err.toResult(undefined)) };
+}
+
+/** Is something listening on this socket path? */
+function socketAnswers(socketPath: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const c = net.connect(socketPath);
+    c.once('connect', () => {
+      c.destroy();
+      resolve(true);
+    });
+    c.once('error', () => resolve(false));
+  });
+}
+
+/** Removes a socket left by a previous agent; refuses to remove a live one or a non-socket. */
+async function removeStaleSocket(socketPath: string): Promise<void> {
+  let st;
+  try {
+    st = await lstat(socketPath);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw err;
+  }
+  if (!st.isSocket()) throw new Error(`CNI socket path ${socketPath} exists and is not a socket; remove it or choose another --socket`);
+  if (await socketAnswers(socketPath)) {
+    throw new Error(`CNI socket ${socketPath} is already served by another process (another meshcap agent?); stop it or choose another --socket`);
+  }
+  await unlink(socketPath);
+}
+
+export async function startCniServer(opts: CniServerOptions): Promise<CniServer> {
+  const { socketPath, handlers, logger } = opts;
+  const readTimeoutMs = opts.requestReadTimeoutMs ?? 5000;
+  // Only the root-owned agent and the runtime's plugin (root) may talk here.
+  await mkdir(path.dirname(socketPath), { recursive: true, mode: 0o700 });
+  await removeStaleSocket(socketPath);
+
+  const open = new Set<net.Socket>();
+  const server = net.createServer({ allowHalfOpen: true }, (sock) => {
+    open.add(sock);
+    sock.once('close', () => open.delete(sock));
+    sock.on('error', (err) => logger.debug({ err }, 'cni connection error'));
+    serveConnection(sock, handlers, logger, readTimeoutMs);
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(socketPath, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  await chmod(socketPath, 0o600);
+  const { ino } = await stat(socketPath);
+  server.on('error', (err) => logger.error({ err, socketPath }, 'cni socket server error'));
+  logger.info({ socketPath }, 'cni server listening');
+
+  return {
+    address: socketPath,
+    async close() {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      // A forwarder cut off mid-request reports the agent unreachable, which
+      // for ADD is "try again later": safe.
+      for (const s of open) s.destroy();
+      await closed;
+      // Remove the socket only if it is still ours (a new agent may have replaced it).
+      try {
+        if ((await stat(socketPath)).ino === ino) await unlink(socketPath);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      }
+    },
+  };
+}
+
+function serveConnection(sock: net.Socket, handlers: CniHandlers, logger: Logger, readTimeoutMs: number): void {
+  const started = performance.now();
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let done = false;
+
+  const reply = (r: WireReply) => {
+    if (!sock.destroyed) sock.end(encodeWireReply(r));
+  };
+  const reject = (err: CniError, verb = '?') => {
+    // Keep draining (the data handler drops chunks once done) so a client
+    // still sending is not stuck and reads this answer.
+    done = true;
+    logger.warn({ verb, result: 'error', code: err.code, error: err.message, durationMs: ms(started) }, 'cni request rejected');
+    reply(errorReply(err));
+  };
+
+  const timer = setTimeout(() => {
+    if (!done) reject(new CniError(CNI_ERROR_CODES.IO_FAILURE, `forwarder request not complete within ${readTimeoutMs} ms`));
+  }, readTimeoutMs);
+  timer.unref();
+
+  sock.on('data', (chunk: Buffer) => {
+    if (done) return;
+    size += chunk.length;
+    if (size > MAX_REQUEST_BYTES) {
+      clearTimeout(timer);
+      reject(new CniError(CNI_ERROR_CODES.INVALID_NETWORK_CONFIG, `forwarder request exceeds ${MAX_REQUEST_BYTES} bytes`));
+      return;
+    }
+    chunks.push(chunk);
+  });
+  sock.on('end', () => {
+    if (done) return;
+    done = true;
+    clearTimeout(timer);
+    let raw;
+    try {
+      raw = decodeWireRequest(Buffer.concat(chunks, size));
+    } catch (err) {
+      reject(err as CniError);
+      return;
+    }
+    void dispatch(raw, handlers).then((o) => {
+      const fields = {
+        verb: o.verb,
+        podNamespace: o.podNamespace,
+        podName: o.podName,
+        containerId: o.containerId,
+        result: o.error ? 'error' : 'ok',
+        code: o.error?.code,
+        durationMs: ms(started),
+      };
+      if (o.unexpected !== undefined) {
+        logger.error({ ...fields, err: o.unexpected }, 'cni request failed unexpectedly');
+      } else if (o.error) {
+        logger.info({ ...fields, error: o.error.message }, 'cni request');
+      } else {
+        logger.info(fields, 'cni request');
+      }
+      reply(o.reply);
+    });
+  });
+}
+
+function ms(since: number): number {
+  return Math.round((performance.now() - since) * 100) / 100;
+}

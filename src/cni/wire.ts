@@ -1,0 +1,49 @@
+// The forwarder <-> agent wire protocol (docs/cni.md): one JSON request per
+// connection, ended by the client's half-close; one JSON reply, ended by the
+// server's close. Pure codec, no I/O.
+import { CNI_ERROR_CODES, CniError, type RawRequest } from './spec.js';
+
+export const WIRE_VERSION = 1;
+
+/** Cap on a request: stdin (<= 1 MiB in the forwarder) JSON-escaped, plus env. */
+export const MAX_REQUEST_BYTES = 4 << 20;
+
+export interface WireReply {
+  /** The plugin's exit code: 0 success, 1 CNI error. */
+  exitCode: number;
+  /** Exactly what the forwarder prints on stdout. */
+  stdout: string;
+}
+
+const STRING_FIELDS = ['command', 'containerId', 'netns', 'ifname', 'args', 'path', 'stdin'] as const;
+
+/** Decodes one request. Throws CniError(6) for anything that is not a v1 request. */
+export function decodeWireRequest(buf: Buffer): RawRequest {
+  let msg: unknown;
+  try {
+    msg = JSON.parse(buf.toString('utf8'));
+  } catch (err) {
+    throw new CniError(CNI_ERROR_CODES.DECODE_FAILURE, `forwarder request is not valid JSON: ${(err as Error).message}`);
+  }
+  if (typeof msg !== 'object' || msg === null || Array.isArray(msg)) {
+    throw new CniError(CNI_ERROR_CODES.DECODE_FAILURE, 'forwarder request must be a JSON object');
+  }
+  const m = msg as Record<string, unknown>;
+  if (m.v !== WIRE_VERSION) {
+    throw new CniError(
+      CNI_ERROR_CODES.DECODE_FAILURE,
+      `forwarder speaks wire protocol ${JSON.stringify(m.v)}, this agent speaks ${WIRE_VERSION}; install the meshcap-cni binary that ships with this agent`,
+    );
+  }
+  const out = {} as RawRequest;
+  for (const k of STRING_FIELDS) {
+    const v = m[k] ?? '';
+    if (typeof v !== 'string') throw new CniError(CNI_ERROR_CODES.DECODE_FAILURE, `forwarder request field ${k} must be a string`);
+    out[k] = v;
+  }
+  return out;
+}
+
+export function encodeWireReply(reply: WireReply): Buffer {
+  return Buffer.from(JSON.stringify(reply));
+}
