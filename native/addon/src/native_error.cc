@@ -119,7 +119,12 @@ void RequireBpfFd(Napi::Env env, int fd, const char* kind, const char* fn) {
   ssize_t n = readlink(link, target, sizeof(target) - 1);
   if (n < 0) ThrowNativeError(env, EBADF, fn, "fd " + std::to_string(fd));
   target[n] = 0;
-  if (std::string("anon_inode:") + kind != target)
+  // The kernel names a new link's file "bpf_link" but a link fd from
+  // bpf_obj_get "bpf-link": accept both spellings.
+  std::string want = std::string("anon_inode:") + kind, got = target;
+  for (auto& c : want) if (c == '_') c = '-';
+  for (auto& c : got) if (c == '_') c = '-';
+  if (want != got)
     ThrowType(env, std::string(fn) + ": fd " + std::to_string(fd) + " is not a " + kind +
                        " (it is " + target + ")");
 }
