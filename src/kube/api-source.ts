@@ -1,0 +1,302 @@
+// Pods of this node from the Kubernetes API: LIST, then WATCH from the list's
+// resourceVersion with bookmarks, the reflector protocol client-go uses.
+//
+// Built on client-node's Watch (the streaming primitive) and CoreV1Api rather
+// than its ListWatch/makeInformer, because ListWatch cannot ask for bookmarks,
+// stops for good on any non-410 error, and has no backoff: a node agent must
+// ride out API server restarts on its own.
+import { existsSync } from 'node:fs';
+import { CoreV1Api, KubeConfig, Watch, type V1Pod } from '@kubernetes/client-node';
+import { pino, type Logger } from 'pino';
+import { PodCache } from './pod-cache.js';
+import type { PodChangeListener, PodSource } from './pod-source.js';
+
+export interface ApiSourceOptions {
+  kubeConfig: KubeConfig;
+  /** This node's name (the DaemonSet passes spec.nodeName via the downward API). */
+  nodeName: string;
+  logger?: Logger;
+  /** First retry delay after a failure; doubles up to maxBackoffMs. */
+  minBackoffMs?: number;
+  maxBackoffMs?: number;
+  /**
+   * Asks the API server to end each watch after this long, so a silently dead
+   * connection is noticed; default random in [300, 600) s, as client-go does.
+   */
+  watchTimeoutSeconds?: number;
+}
+
+export interface ApiSourceStatus {
+  synced: boolean;
+  resourceVersion: string;
+  watching: boolean;
+  /** The last failure since the watch was last healthy, if any. */
+  lastError?: string;
+}
+
+const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/token';
+
+/**
+ * Kubernetes credentials: the given kubeconfig file; else in-cluster (service
+ * account) when running in a pod; else $KUBECONFIG or ~/.kube/config.
+ */
+export function loadKubeConfig(path?: string): KubeConfig {
+  const kc = new KubeConfig();
+  if (path) {
+    kc.loadFromFile(path);
+  } else if (process.env.KUBERNETES_SERVICE_HOST && existsSync(SERVICE_ACCOUNT_TOKEN)) {
+    kc.loadFromCluster();
+  } else {
+    kc.loadFromDefault();
+    // loadFromDefault quietly falls back to http://localhost:8080.
+    const cluster = kc.getCurrentCluster();
+    if (!cluster || (cluster.name === 'cluster' && cluster.server === 'http://localhost:8080')) {
+      throw new Error('no Kubernetes credentials found: pass a kubeconfig file, set KUBECONFIG, or run in a pod with a service account token');
+    }
+  }
+  if (!kc.getCurrentCluster()) throw new Error(`kubeconfig ${path ?? '(default)'} has no current cluster`);
+  return kc;
+}
+
+class GoneError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'GoneError';
+  }
+}
+
+export class ApiSource implements PodSource {
+  private readonly kc: KubeConfig;
+  private readonly api: CoreV1Api;
+  private readonly nodeName: string;
+  private readonly log: Logger;
+  private readonly minBackoffMs: number;
+  private readonly maxBackoffMs: number;
+  private readonly watchTimeoutSeconds: number | undefined;
+  private readonly cache = new PodCache();
+  private rv = '';
+  private isSynced = false;
+  private watching = false;
+  private lastError: string | undefined;
+  private stopped = false;
+  private loop: Promise<void> | undefined;
+  private abortWatch: (() => void) | undefined;
+  private watchEstablishedAt: number | undefined;
+  private wakeSleep: (() => void) | undefined;
+  private syncWaiters: { resolve(): void; reject(err: Error): void }[] = [];
+
+  constructor(opts: ApiSourceOptions) {
+    if (!opts.nodeName) throw new Error('ApiSource needs the node name (set NODE_NAME from spec.nodeName)');
+    this.kc = opts.kubeConfig;
+    this.api = this.kc.makeApiClient(CoreV1Api);
+    this.nodeName = opts.nodeName;
+    this.log = (opts.logger ?? pino({ name: 'meshcap' })).child({ component: 'pod-watch', node: opts.nodeName });
+    this.minBackoffMs = opts.minBackoffMs ?? 200;
+    this.maxBackoffMs = opts.maxBackoffMs ?? 30_000;
+    this.watchTimeoutSeconds = opts.watchTimeoutSeconds;
+  }
+
+  /** Starts list+watch; resolves after the first successful LIST. */
+  start(): Promise<void> {
+    if (this.stopped) return Promise.reject(new Error('pod watch was stopped'));
+    if (this.isSynced) return Promise.resolve();
+    const synced = new Promise<void>((resolve, reject) => this.syncWaiters.push({ resolve, reject }));
+    this.loop ??= this.run();
+    return synced;
+  }
+
+  synced(): boolean {
+    return this.isSynced;
+  }
+
+  status(): ApiSourceStatus {
+    return {
+      synced: this.isSynced,
+      resourceVersion: this.rv,
+      watching: this.watching,
+      ...(this.lastError ? { lastError: this.lastError } : {}),
+    };
+  }
+
+  get(namespace: string, name: string): V1Pod | undefined {
+    return this.cache.get(namespace, name);
+  }
+
+  list(): V1Pod[] {
+    return this.cache.list();
+  }
+
+  waitFor(namespace: string, name: string, timeoutMs: number): Promise<V1Pod | undefined> {
+    if (this.stopped) return Promise.resolve(this.get(namespace, name));
+    return this.cache.waitFor(namespace, name, timeoutMs);
+  }
+
+  on(_event: 'change', listener: PodChangeListener): this {
+    this.cache.on(listener);
+    return this;
+  }
+
+  off(_event: 'change', listener: PodChangeListener): this {
+    this.cache.off(listener);
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.abortWatch?.();
+    this.wakeSleep?.();
+    this.cache.cancelWaiters();
+    for (const w of this.syncWaiters.splice(0)) w.reject(new Error('pod watch stopped before the first sync'));
+    await this.loop;
+  }
+
+  private get fieldSelector(): string {
+    return `spec.nodeName=${this.nodeName}`;
+  }
+
+  private async run(): Promise<void> {
+    let backoff = this.minBackoffMs;
+    let previousWasGone = false;
+    while (!this.stopped) {
+      this.watchEstablishedAt = undefined;
+      try {
+        if (!this.rv) await this.relist();
+        await this.watchOnce();
+        previousWasGone = false;
+      } catch (err) {
+        if (this.stopped) break;
+        if (err instanceof GoneError) {
+          this.log.info({ resourceVersion: this.rv }, 'pod watch resourceVersion expired (410 Gone); relisting');
+          this.rv = '';
+          // A second 410 straight after a fresh LIST means something is off.
+          if (previousWasGone) backoff = await this.pause(backoff);
+          previousWasGone = true;
+          continue;
+        }
+        this.lastError = describe(err);
+        this.log.warn({ err: this.lastError, retryInMs: backoff }, 'pod list/watch failed; retrying');
+      }
+      // A watch that had been healthy for a while restarts at the shortest
+      // delay; one that keeps failing or ending at once (a proxy cutting
+      // streams, say) backs off instead of hot-looping.
+      const healthyFor = this.watchEstablishedAt === undefined ? 0 : Date.now() - this.watchEstablishedAt;
+      if (healthyFor > 1000) backoff = this.minBackoffMs;
+      else if (!this.stopped) backoff = await this.pause(backoff);
+    }
+    this.watching = false;
+  }
+
+  private async relist(): Promise<void> {
+    // The first LIST may come from the API server's watch cache ("0"); after a
+    // 410 ask for a consistent read, or we could go back in time.
+    const resourceVersion = this.isSynced ? undefined : '0';
+    let list;
+    try {
+      list = await this.api.listPodForAllNamespaces({ fieldSelector: this.fieldSelector, resourceVersion });
+    } catch (err) {
+      if ((err as { code?: number }).code === 410) throw new GoneError('LIST answered 410 Gone');
+      throw err;
+    }
+    if (this.stopped) return;
+    this.cache.replaceAll(list.items);
+    this.rv = list.metadata?.resourceVersion ?? '';
+    if (!this.rv) throw new Error('pod LIST returned no resourceVersion');
+    if (!this.isSynced) {
+      this.isSynced = true;
+      this.log.info({ pods: list.items.length, resourceVersion: this.rv }, 'pods of this node listed');
+      for (const w of this.syncWaiters.splice(0)) w.resolve();
+    }
+  }
+
+  /** One watch request; resolves with the number of events when it ends normally. */
+  private watchOnce(): Promise<number> {
+    return new Promise<number>((resolve, reject) => {
+      let events = 0;
+      let failure: Error | undefined;
+      let controller: AbortController | undefined;
+      let abortRequested = false;
+      const abort = () => {
+        abortRequested = true;
+        controller?.abort();
+      };
+      this.abortWatch = abort;
+
+      const onEvent = (type: string, obj: unknown) => {
+        if (abortRequested) return;
+        const object = obj as V1Pod & { code?: number; message?: string };
+        switch (type) {
+          case 'ADDED':
+          case 'MODIFIED':
+            this.cache.upsert(object);
+            break;
+          case 'DELETED':
+            this.cache.remove(object);
+            break;
+          case 'BOOKMARK':
+            break;
+          case 'ERROR':
+            failure = object.code === 410
+              ? new GoneError(object.message ?? 'watch answered 410 Gone')
+              : new Error(`watch ERROR event: ${object.message ?? 'no message'} (code ${object.code ?? '?'})`);
+            abort();
+            return;
+          default:
+            return;
+        }
+        events += 1;
+        this.rv = object.metadata?.resourceVersion || this.rv;
+      };
+
+      const onDone = (err: unknown) => {
+        this.watching = false;
+        this.abortWatch = undefined;
+        if (failure) reject(failure);
+        else if (err && !abortRequested) reject(err);
+        else resolve(events);
+      };
+
+      const timeoutSeconds = this.watchTimeoutSeconds ?? 300 + Math.floor(Math.random() * 300);
+      new Watch(this.kc)
+        .watch('/api/v1/pods', {
+          resourceVersion: this.rv,
+          allowWatchBookmarks: true,
+          fieldSelector: this.fieldSelector,
+          timeoutSeconds,
+        }, onEvent, onDone)
+        .then((c) => {
+          controller = c;
+          if (abortRequested) {
+            c.abort();
+          } else if (!c.signal.aborted) {
+            this.watching = true;
+            this.watchEstablishedAt = Date.now();
+            if (this.lastError) this.log.info({ resourceVersion: this.rv }, 'pod watch re-established');
+            this.lastError = undefined;
+          }
+        }, (err: unknown) => onDone(err));
+    });
+  }
+
+  /** Sleeps for about `ms` (with jitter, cut short by stop()); returns the next backoff. */
+  private async pause(ms: number): Promise<number> {
+    const jittered = Math.round(ms * (0.8 + Math.random() * 0.4));
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, jittered);
+      this.wakeSleep = () => {
+        clearTimeout(t);
+        resolve();
+      };
+    });
+    this.wakeSleep = undefined;
+    return Math.min(ms * 2, this.maxBackoffMs);
+  }
+}
+
+function describe(err: unknown): string {
+  if (err instanceof Error) {
+    const code = (err as { code?: unknown; statusCode?: unknown }).statusCode ?? (err as { code?: unknown }).code;
+    const cause = (err as { cause?: { code?: string } }).cause?.code;
+    return [err.message, code !== undefined ? `(${String(code)})` : '', cause ? `[${cause}]` : ''].filter(Boolean).join(' ');
+  }
+  return String(err);
+}

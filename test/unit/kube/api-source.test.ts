@@ -1,0 +1,182 @@
+// ApiSource driven through @kubernetes/client-node against the in-process API
+// server on 127.0.0.1: real HTTP, real list/watch protocol.
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { KubeConfig, type V1Pod } from '@kubernetes/client-node';
+import { pino } from 'pino';
+import { ApiSource } from '../../../src/kube/api-source.js';
+import type { PodEventType } from '../../../src/kube/pod-source.js';
+import { KubeApiServer, testPod } from '../../helpers/kube-apiserver.js';
+
+const NODE = 'node-a';
+const quiet = pino({ level: 'silent' });
+
+function kubeConfig(server: string): KubeConfig {
+  const kc = new KubeConfig();
+  kc.loadFromOptions({
+    clusters: [{ name: 'test', server, skipTLSVerify: true }],
+    users: [{ name: 'test' }],
+    contexts: [{ name: 'test', cluster: 'test', user: 'test' }],
+    currentContext: 'test',
+  });
+  return kc;
+}
+
+async function until(cond: () => boolean, what: string, timeoutMs = 3000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+describe('ApiSource', () => {
+  let api: KubeApiServer;
+  let src: ApiSource | undefined;
+  let events: string[];
+
+  const open = (opts: Partial<ConstructorParameters<typeof ApiSource>[0]> = {}) => {
+    src = new ApiSource({ kubeConfig: kubeConfig(api.url), nodeName: NODE, logger: quiet, minBackoffMs: 20, maxBackoffMs: 200, ...opts });
+    src.on('change', (type: PodEventType, pod: V1Pod) => events.push(`${type} ${pod.metadata!.namespace}/${pod.metadata!.name}`));
+    return src;
+  };
+  const names = () => src!.list().map((p) => `${p.metadata!.namespace}/${p.metadata!.name}`).sort();
+  const lists = () => api.requests.filter((r) => r.query.watch === undefined);
+  const watches = () => api.requests.filter((r) => r.query.watch === 'true');
+
+  beforeEach(async () => {
+    events = [];
+    api = await KubeApiServer.start();
+    api.addPod(testPod('shop', 'web-1', NODE));
+    api.addPod(testPod('shop', 'web-2', 'node-b'));
+    api.addPod(testPod('default', 'db-0', NODE));
+  });
+  afterEach(async () => {
+    await src?.stop();
+    src = undefined;
+    await api.stop();
+  });
+
+  it('lists only this node\'s pods, then watches from the list\'s version with bookmarks', async () => {
+    const s = open();
+    expect(s.synced()).toBe(false);
+    await s.start();
+    expect(s.synced()).toBe(true);
+    expect(names()).toEqual(['default/db-0', 'shop/web-1']);
+    expect(events.sort()).toEqual(['ADDED default/db-0', 'ADDED shop/web-1']);
+    expect(lists()[0]!.query).toMatchObject({ fieldSelector: 'spec.nodeName=node-a', resourceVersion: '0' });
+    await until(() => s.status().watching, 'the watch');
+    expect(watches()[0]!.query).toMatchObject({
+      fieldSelector: 'spec.nodeName=node-a',
+      allowWatchBookmarks: 'true',
+      resourceVersion: api.resourceVersion,
+    });
+  });
+
+  it('applies watch events, ignores other nodes, sees a pod bound to this node, and waitFor gets a late pod', async () => {
+    const s = open();
+    await s.start();
+    events = [];
+    const late = s.waitFor('shop', 'late', 3000);
+    api.addPod(testPod('shop', 'late', NODE));
+    expect((await late)?.spec?.nodeName).toBe(NODE);
+
+    api.modifyPod('shop', 'web-1', (p) => { p.metadata!.labels = { v: '2' }; });
+    api.deletePod('default', 'db-0');
+    api.addPod(testPod('shop', 'elsewhere', 'node-b'));
+    api.addPod(testPod('shop', 'pending', ''));
+    api.modifyPod('shop', 'pending', (p) => { p.spec!.nodeName = NODE; }); // the scheduler binds it here
+    await until(() => events.length === 4, '4 events');
+    // No event for the pod on node-b, nor for "pending" until it was bound here.
+    expect(events).toEqual(['ADDED shop/late', 'MODIFIED shop/web-1', 'DELETED default/db-0', 'ADDED shop/pending']);
+    expect(names()).toEqual(['shop/late', 'shop/pending', 'shop/web-1']);
+    expect(s.get('shop', 'web-1')?.metadata?.labels).toEqual({ v: '2' });
+    expect(s.status().resourceVersion).toBe(api.resourceVersion);
+  });
+
+  it('advances its resourceVersion on a BOOKMARK and resumes from it', async () => {
+    const s = open();
+    await s.start();
+    await until(() => api.watchCount === 1, 'the watch');
+    const before = s.status().resourceVersion;
+    api.addPod(testPod('shop', 'other-1', 'node-b')); // moves the version, not our pods
+    api.addPod(testPod('shop', 'other-2', 'node-b'));
+    expect(s.status().resourceVersion).toBe(before);
+    api.sendBookmark();
+    await until(() => s.status().resourceVersion === api.resourceVersion, 'the bookmark');
+    expect(events).toHaveLength(2); // only the initial ADDED events
+
+    api.closeWatches(); // the server's watch timeout
+    await until(() => watches().length === 2 && api.watchCount === 1, 'the resumed watch');
+    expect(watches()[1]!.query.resourceVersion).toBe(api.resourceVersion);
+    expect(lists()).toHaveLength(1); // resumed, no relist
+  });
+
+  it('on 410 Gone of an open watch, relists without losing or duplicating pods', async () => {
+    const s = open();
+    await s.start();
+    await until(() => api.watchCount === 1, 'the watch');
+    events = [];
+    api.expireHistory(); // ERROR 410 on the open watch
+    await until(() => lists().length === 2 && api.watchCount === 1, 'the relist and new watch');
+    expect(lists()[1]!.query.resourceVersion).toBeUndefined(); // a consistent read after 410
+    expect(events).toEqual([]); // unchanged pods are not re-announced
+    expect(names()).toEqual(['default/db-0', 'shop/web-1']);
+    api.addPod(testPod('shop', 'after', NODE));
+    await until(() => events.length === 1, 'the event after the relist');
+    expect(events).toEqual(['ADDED shop/after']);
+  });
+
+  it('after a restart that lost history (410 on resume), relist yields exactly the missed changes', async () => {
+    const s = open();
+    await s.start();
+    await until(() => api.watchCount === 1, 'the watch');
+    events = [];
+    await api.stop();
+    api.addPod(testPod('shop', 'new', NODE));
+    api.deletePod('default', 'db-0');
+    api.modifyPod('shop', 'web-1', (p) => { p.metadata!.annotations = { a: 'b' }; });
+    api.expireHistory();
+    await api.listen();
+    await until(() => lists().length === 2 && api.watchCount === 1, 'relist after 410');
+    const resumed = watches().find((w, i) => i > 0 && w.query.resourceVersion !== api.resourceVersion);
+    expect(resumed, 'the client first tried to resume from its old version').toBeDefined();
+    expect(events.sort()).toEqual(['ADDED shop/new', 'DELETED default/db-0', 'MODIFIED shop/web-1']);
+    expect(names()).toEqual(['shop/new', 'shop/web-1']);
+  });
+
+  it('reconnects with backoff after the API server restarts, resuming from its version', async () => {
+    const s = open();
+    await s.start();
+    await until(() => api.watchCount === 1, 'the watch');
+    events = [];
+    await api.stop();
+    await until(() => s.status().lastError !== undefined, 'the failure to be noticed');
+    api.addPod(testPod('shop', 'during-outage', NODE));
+    await api.listen();
+    await until(() => events.length === 1, 'the change made during the outage');
+    expect(events).toEqual(['ADDED shop/during-outage']);
+    expect(lists()).toHaveLength(1); // history was kept: resumed, no relist
+    await until(() => s.status().lastError === undefined && s.status().watching, 'recovery');
+  });
+
+  it('start() waits for an unreachable API server, and stop() rejects a pending start', async () => {
+    await api.stop();
+    const s = open();
+    const started = s.start();
+    await new Promise((r) => setTimeout(r, 100));
+    expect(s.synced()).toBe(false);
+    expect(s.status().lastError).toMatch(/ECONNREFUSED/);
+    await api.listen();
+    await started;
+    expect(names()).toEqual(['default/db-0', 'shop/web-1']);
+
+    const s2 = new ApiSource({ kubeConfig: kubeConfig('http://127.0.0.1:9'), nodeName: NODE, logger: quiet, minBackoffMs: 20 });
+    const rejected = expect(s2.start()).rejects.toThrow(/stopped before the first sync/);
+    await s2.stop();
+    await rejected;
+  });
+
+  it('requires a node name', () => {
+    expect(() => new ApiSource({ kubeConfig: kubeConfig(api.url), nodeName: '' })).toThrow(/node name/);
+  });
+});
