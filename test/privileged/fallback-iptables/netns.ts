@@ -1,0 +1,37 @@
+// Test helpers: throwaway network namespaces and host-state snapshots.
+import { randomBytes } from 'node:crypto';
+import { execa } from 'execa';
+
+export async function sh(cmd: string, args: string[], input?: string): Promise<string> {
+  const r = await execa(cmd, args, { input, reject: false });
+  if (r.exitCode !== 0) throw new Error(`${cmd} ${args.join(' ')} failed (${r.exitCode}): ${r.stderr}`);
+  return r.stdout;
+}
+
+export async function makeNetns(prefix: string): Promise<{ name: string; path: string }> {
+  const name = `${prefix}-${process.pid}-${randomBytes(3).toString('hex')}`;
+  await sh('ip', ['netns', 'add', name]);
+  await sh('ip', ['-n', name, 'link', 'set', 'lo', 'up']);
+  return { name, path: `/var/run/netns/${name}` };
+}
+
+export async function deleteNetns(name: string): Promise<void> {
+  await execa('ip', ['netns', 'del', name], { reject: false });
+}
+
+export async function inNs(name: string, cmd: string, args: string[]): Promise<string> {
+  return sh('ip', ['netns', 'exec', name, cmd, ...args]);
+}
+
+/**
+ * The host's rules, as iptables-save prints them, minus the "# Generated ...
+ * on <date>" comments and packet/byte counters (host traffic moves those).
+ */
+export async function hostRules(): Promise<string> {
+  const out: string[] = [];
+  for (const bin of ['iptables-save', 'ip6tables-save', 'iptables-legacy-save', 'ip6tables-legacy-save']) {
+    const r = await execa(bin, [], { reject: false });
+    out.push(`## ${bin} rc=${r.exitCode}`, r.stdout.split('\n').filter((l) => !l.startsWith('#')).join('\n').replace(/\[\d+:\d+\]/g, '[-]'));
+  }
+  return out.join('\n');
+}
