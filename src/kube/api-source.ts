@@ -293,10 +293,13 @@ export class ApiSource implements PodSource {
 }
 
 function describe(err: unknown): string {
-  if (err instanceof Error) {
-    const code = (err as { code?: unknown; statusCode?: unknown }).statusCode ?? (err as { code?: unknown }).code;
-    const cause = (err as { cause?: { code?: string } }).cause?.code;
-    return [err.message, code !== undefined ? `(${String(code)})` : '', cause ? `[${cause}]` : ''].filter(Boolean).join(' ');
-  }
-  return String(err);
+  if (!(err instanceof Error)) return String(err);
+  const e = err as { code?: unknown; statusCode?: unknown; cause?: { code?: string } };
+  const status = typeof e.statusCode === 'number' ? e.statusCode : typeof e.code === 'number' ? e.code : undefined;
+  const parts = [err.message.split('\n')[0] ?? err.message];
+  if (status !== undefined) parts.push(`(HTTP ${status})`);
+  if (e.cause?.code) parts.push(`[${e.cause.code}]`);
+  if (status === 401) parts.push('- the credentials were rejected; check the kubeconfig or service account token');
+  if (status === 403) parts.push('- the service account needs list and watch on pods (ClusterRole)');
+  return parts.join(' ');
 }

@@ -44,6 +44,8 @@ export interface KubeApiServerOptions {
 export class KubeApiServer {
   /** Every request received, in order (tests assert on the client's protocol use). */
   readonly requests: RecordedRequest[] = [];
+  /** While true, every request gets 403 Forbidden (RBAC missing). */
+  forbidden = false;
   private server: Server | undefined;
   private port = 0;
   private rv = 1000;
@@ -185,6 +187,9 @@ export class KubeApiServer {
     const query = Object.fromEntries(url.searchParams);
     this.requests.push({ method: req.method ?? 'GET', path: url.pathname, query });
 
+    if (this.forbidden) {
+      return sendStatus(res, 403, 'Forbidden', `pods is forbidden: User "system:serviceaccount:meshcap:meshcap" cannot list resource "pods" in API group "" at the cluster scope`);
+    }
     const m = /^\/api\/v1\/(?:namespaces\/([^/]+)\/)?pods$/.exec(url.pathname);
     if (req.method !== 'GET' || !m) return sendStatus(res, 404, 'NotFound', `the server could not find the requested resource (${req.method} ${url.pathname})`);
     const namespace = m[1] ? decodeURIComponent(m[1]) : undefined;

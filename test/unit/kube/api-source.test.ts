@@ -176,6 +176,17 @@ describe('ApiSource', () => {
     await rejected;
   });
 
+  it('reports missing RBAC with what to grant, and syncs once it is granted', async () => {
+    api.forbidden = true;
+    const s = open();
+    const started = s.start();
+    await until(() => s.status().lastError !== undefined, 'the failure');
+    expect(s.status().lastError).toMatch(/HTTP 403.*needs list and watch on pods/);
+    api.forbidden = false;
+    await started;
+    expect(names()).toEqual(['default/db-0', 'shop/web-1']);
+  });
+
   it('requires a node name', () => {
     expect(() => new ApiSource({ kubeConfig: kubeConfig(api.url), nodeName: '' })).toThrow(/node name/);
   });
