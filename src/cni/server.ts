@@ -1,7 +1,7 @@
 // The agent's CNI endpoint: a unix socket the meshcap-cni forwarder connects
 // to once per runtime call. One bounded request per connection, dispatched
 // to the handlers, one reply, one log line.
-import { mkdir, chmod, lstat, stat, unlink } from 'node:fs/promises';
+import { chmod, lstat, mkdir, unlink } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import type { Logger } from 'pino';
@@ -78,7 +78,6 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
     });
   });
   await chmod(socketPath, 0o600);
-  const { ino } = await stat(socketPath);
   server.on('error', (err) => logger.error({ err, socketPath }, 'cni socket server error'));
   logger.info({ socketPath }, 'cni server listening');
 
@@ -90,9 +89,10 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
       // for ADD is "try again later": safe.
       for (const s of open) s.destroy();
       await closed;
-      // Remove the socket only if it is still ours (a new agent may have replaced it).
+      // libuv unlinks the path on close; this covers the rest. (A second agent
+      // cannot have replaced it: start refuses a socket that still answers.)
       try {
-        if ((await stat(socketPath)).ino === ino) await unlink(socketPath);
+        await unlink(socketPath);
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
       }

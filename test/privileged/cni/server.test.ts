@@ -1,0 +1,130 @@
+// startCniServer's socket lifecycle and wire handling, driven by a raw
+// unix-socket client (what a foreign or broken forwarder could send).
+import { execa } from 'execa';
+import { existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import pino from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { startCniServer, type CniServer } from '../../../src/cni/server.js';
+import type { CniHandlers } from '../../../src/cni/types.js';
+
+const logger = pino({ level: 'silent' });
+const noop = async () => {};
+const handlers: CniHandlers = { add: noop, del: noop, check: noop, status: noop, gc: noop };
+
+let dir: string;
+const servers: CniServer[] = [];
+
+beforeEach(() => {
+  dir = mkdtempSync(path.join(tmpdir(), 'meshcap-cnisrv-'));
+});
+afterEach(async () => {
+  for (const s of servers.splice(0)) await s.close().catch(() => {});
+  rmSync(dir, { recursive: true, force: true });
+});
+
+async function start(socketPath: string, extra: { requestReadTimeoutMs?: number } = {}): Promise<CniServer> {
+  const s = await startCniServer({ socketPath, handlers, logger, ...extra });
+  servers.push(s);
+  return s;
+}
+
+/** Sends bytes, optionally half-closes, returns everything the server answers before closing. */
+function exchange(socketPath: string, payload: Buffer | string, halfClose = true): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const c = net.connect({ path: socketPath, allowHalfOpen: true });
+    const chunks: Buffer[] = [];
+    c.on('data', (d: Buffer) => chunks.push(d));
+    c.on('end', () => {
+      c.end();
+      resolve(Buffer.concat(chunks).toString());
+    });
+    c.on('error', reject);
+    c.write(payload, () => {
+      if (halfClose) c.end();
+    });
+  });
+}
+
+const request = (over: Record<string, unknown> = {}) =>
+  JSON.stringify({
+    v: 1, command: 'ADD', containerId: 'c1', netns: '/var/run/netns/x', ifname: 'eth0', args: '', path: '',
+    stdin: JSON.stringify({ cniVersion: '1.0.0', name: 'n', type: 'meshcap-cni' }), ...over,
+  });
+
+describe('socket lifecycle', () => {
+  it('creates the parent dir 0700 and the socket 0600, and answers', async () => {
+    const sock = path.join(dir, 'a', 'b', 'cni.sock');
+    const s = await start(sock);
+    expect(s.address).toBe(sock);
+    expect(statSync(path.join(dir, 'a', 'b')).mode & 0o777).toBe(0o700);
+    expect(statSync(sock).mode & 0o777).toBe(0o600);
+    expect(statSync(sock).isSocket()).toBe(true);
+    expect(JSON.parse(await exchange(sock, request()))).toEqual({ exitCode: 0, stdout: '{"cniVersion":"1.0.0"}' });
+  });
+
+  it('replaces a stale socket left by a dead agent', async () => {
+    const sock = path.join(dir, 'cni.sock');
+    await execa('python3', ['-c', `import socket; s=socket.socket(socket.AF_UNIX); s.bind(${JSON.stringify(sock)})`]);
+    expect(statSync(sock).isSocket()).toBe(true);
+    await start(sock);
+    expect(JSON.parse(await exchange(sock, request()))).toMatchObject({ exitCode: 0 });
+  });
+
+  it('refuses a socket another process serves, and a non-socket file', async () => {
+    const sock = path.join(dir, 'cni.sock');
+    await start(sock);
+    await expect(startCniServer({ socketPath: sock, handlers, logger })).rejects.toThrow(/already served by another process/);
+    const file = path.join(dir, 'file');
+    writeFileSync(file, 'keep me');
+    await expect(startCniServer({ socketPath: file, handlers, logger })).rejects.toThrow(/is not a socket/);
+    expect(existsSync(file)).toBe(true);
+  });
+
+  it('close() removes its socket and cuts in-flight requests', async () => {
+    const sock = path.join(dir, 'cni.sock');
+    let entered!: () => void;
+    const inHandler = new Promise<void>((r) => (entered = r));
+    const s = await startCniServer({ socketPath: sock, handlers: { ...handlers, add: () => (entered(), new Promise(() => {})) }, logger });
+    const pending = exchange(sock, request());
+    await inHandler;
+    await s.close();
+    // The forwarder sees a close without an answer: "unreachable", ADD -> 11.
+    expect(await pending).toBe('');
+    expect(existsSync(sock)).toBe(false);
+    await start(sock);
+    expect(JSON.parse(await exchange(sock, request()))).toMatchObject({ exitCode: 0 });
+  });
+});
+
+describe('wire handling', () => {
+  it('rejects a foreign wire version with code 6 and a hint', async () => {
+    const sock = path.join(dir, 'cni.sock');
+    await start(sock);
+    const r = JSON.parse(await exchange(sock, request({ v: 2 }))) as { exitCode: number; stdout: string };
+    expect(r.exitCode).toBe(1);
+    expect(JSON.parse(r.stdout)).toMatchObject({ code: 6 });
+    expect(r.stdout).toMatch(/wire protocol 2/);
+    const junk = JSON.parse(await exchange(sock, 'not json')) as { stdout: string };
+    expect(JSON.parse(junk.stdout)).toMatchObject({ code: 6 });
+  });
+
+  it('rejects a request over the cap with code 7, and keeps serving', async () => {
+    const sock = path.join(dir, 'cni.sock');
+    await start(sock);
+    const r = JSON.parse(await exchange(sock, Buffer.alloc(5 << 20, 0x20))) as { stdout: string };
+    expect(JSON.parse(r.stdout)).toMatchObject({ code: 7 });
+    expect(JSON.parse(await exchange(sock, request()))).toMatchObject({ exitCode: 0 });
+  });
+
+  it('answers code 5 when a client never finishes its request', async () => {
+    const sock = path.join(dir, 'cni.sock');
+    await start(sock, { requestReadTimeoutMs: 200 });
+    const t0 = performance.now();
+    const r = JSON.parse(await exchange(sock, '{"v":1', false)) as { stdout: string };
+    expect(JSON.parse(r.stdout)).toMatchObject({ code: 5 });
+    expect(performance.now() - t0).toBeLessThan(2000);
+  });
+});
