@@ -63,6 +63,7 @@ afterAll(async () => {
   await Promise.allSettled(procs);
   if (app) await deleteNetns(app.name);
   if (server) await deleteNetns(server.name);
+  await execa('rm', ['-rf', opts.lockDir], { reject: false });
   expect(await hostRules()).toBe(hostBefore);
 });
 
