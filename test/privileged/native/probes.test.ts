@@ -1,0 +1,60 @@
+// Feature probes against the running kernel.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { execa } from 'execa';
+import * as bpf from '../../../src/native/addon.js';
+import { makeCgroup, makeNetns, removeCgroup, removeNetns } from './kernel-env.js';
+
+const { progType, attachType, mapType, helper } = bpf.consts;
+
+describe('libbpf probes', () => {
+  it('program types', () => {
+    expect(bpf.probeProgType(progType.CGROUP_SOCK_ADDR)).toBe(true);
+    expect(bpf.probeProgType(progType.SK_LOOKUP)).toBe(true);
+    expect(bpf.probeProgType(9999)).toBe(false);
+  });
+  it('map types', () => {
+    expect(bpf.probeMapType(mapType.LPM_TRIE)).toBe(true);
+    expect(bpf.probeMapType(mapType.SOCKHASH)).toBe(true);
+    expect(bpf.probeMapType(9999)).toBe(false);
+  });
+  it('helpers', () => {
+    expect(bpf.probeHelper(progType.CGROUP_SOCK_ADDR, helper.get_netns_cookie)).toBe(true);
+    // bpf_sk_assign exists only for tc and sk_lookup programs
+    expect(bpf.probeHelper(progType.SK_LOOKUP, helper.sk_assign)).toBe(true);
+    expect(bpf.probeHelper(progType.CGROUP_SOCK_ADDR, helper.sk_assign)).toBe(false);
+    expect(bpf.probeHelper(progType.CGROUP_SOCK_ADDR, 99999)).toBe(false);
+  });
+});
+
+describe('probeAttach', () => {
+  let cg: string | undefined;
+  let ns: { name: string; path: string } | undefined;
+  beforeAll(async () => {
+    cg = makeCgroup();
+    ns = await makeNetns();
+  });
+  afterAll(async () => {
+    removeCgroup(cg);
+    await removeNetns(ns?.name);
+  });
+
+  it('trial-attaches cgroup connect4 and sk_lookup, leaving nothing attached', async () => {
+    expect(bpf.probeAttach(progType.CGROUP_SOCK_ADDR, attachType.CGROUP_INET4_CONNECT, cg!)).toEqual({ ok: true });
+    expect(bpf.probeAttach(progType.SK_LOOKUP, attachType.SK_LOOKUP, ns!.path)).toEqual({ ok: true });
+    // bpftool as an independent observer: nothing stays attached to the cgroup.
+    const { stdout } = await execa('bpftool', ['-j', 'cgroup', 'show', cg!]);
+    expect(stdout.trim() === '' ? [] : JSON.parse(stdout)).toEqual([]);
+  });
+
+  it('reports which step failed', () => {
+    // connect4 program on the sk_lookup hook: loads, but cannot be linked there
+    expect(bpf.probeAttach(progType.CGROUP_SOCK_ADDR, attachType.CGROUP_INET4_CONNECT, ns!.path)).toMatchObject({
+      ok: false,
+      syscall: 'bpf_link_create',
+    });
+    expect(bpf.probeAttach(9999, attachType.CGROUP_INET4_CONNECT, cg!)).toMatchObject({ ok: false, code: 'EINVAL', syscall: 'bpf_prog_load' });
+    expect(() => bpf.probeAttach(progType.CGROUP_SOCK_ADDR, attachType.CGROUP_INET4_CONNECT, '/nonexistent/cg')).toThrow(
+      expect.objectContaining({ code: 'ENOENT', syscall: 'open' }),
+    );
+  });
+});
