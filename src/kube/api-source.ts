@@ -248,6 +248,7 @@ export class ApiSource implements PodSource {
       };
 
       const onDone = (err: unknown) => {
+        clearTimeout(watchdog);
         this.watching = false;
         this.abortWatch = undefined;
         if (failure) reject(failure);
@@ -256,6 +257,12 @@ export class ApiSource implements PodSource {
       };
 
       const timeoutSeconds = this.watchTimeoutSeconds ?? 300 + Math.floor(Math.random() * 300);
+      // The server ends the watch after timeoutSeconds; one still open well
+      // past that sits on a dead connection (node-fetch has no read timeout).
+      const watchdog = setTimeout(() => {
+        this.log.warn({ timeoutSeconds }, 'pod watch outlived its server-side timeout; reconnecting');
+        abort();
+      }, (timeoutSeconds + Math.min(30, timeoutSeconds)) * 1000);
       new Watch(this.kc)
         .watch('/api/v1/pods', {
           resourceVersion: this.rv,

@@ -46,6 +46,11 @@ export class KubeApiServer {
   readonly requests: RecordedRequest[] = [];
   /** While true, every request gets 403 Forbidden (RBAC missing). */
   forbidden = false;
+  /**
+   * While true, new watches behave like a dead connection: accepted, then
+   * silent forever (no events, no timeoutSeconds end).
+   */
+  stallWatches = false;
   private server: Server | undefined;
   private port = 0;
   private rv = 1000;
@@ -223,6 +228,10 @@ export class KubeApiServer {
       // The real apiserver answers 200 and then an ERROR event with a Status.
       writeEvent(res, 'ERROR', goneStatus(rv, this.compactedRv));
       res.end();
+      return;
+    }
+    if (this.stallWatches) {
+      res.write(''); // headers are out; nothing else ever comes
       return;
     }
     const w: Watcher = { res, match, bookmarks: query.allowWatchBookmarks === 'true', timers: [] };

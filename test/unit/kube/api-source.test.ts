@@ -187,6 +187,19 @@ describe('ApiSource', () => {
     expect(names()).toEqual(['default/db-0', 'shop/web-1']);
   });
 
+  it('abandons a watch that outlives its server-side timeout (a dead connection) and resumes', async () => {
+    api.stallWatches = true;
+    const s = open({ watchTimeoutSeconds: 1 });
+    await s.start();
+    await until(() => watches().length === 1, 'the first watch');
+    api.stallWatches = false;
+    api.addPod(testPod('shop', 'missed', NODE)); // never sent on the stalled watch
+    await until(() => events.includes('ADDED shop/missed'), 'the resumed watch', 4000);
+    // Resumed from the same version: the stalled watch delivered nothing.
+    expect(watches()[1]!.query.resourceVersion).toBe(watches()[0]!.query.resourceVersion);
+    expect(lists()).toHaveLength(1);
+  });
+
   it('requires a node name', () => {
     expect(() => new ApiSource({ kubeConfig: kubeConfig(api.url), nodeName: '' })).toThrow(/node name/);
   });
