@@ -15,8 +15,8 @@ PKGS=(
   cmake make g++ pkg-config
   libjansson-dev        # JSON in the static CNI forwarder
   iptables iproute2     # fallback datapath, netns plumbing
-  socat                 # third-party SO_ORIGINAL_DST proxy in tests (redir too)
-  redir
+  socat haproxy         # haproxy: unmodified third-party SO_ORIGINAL_DST proxy in tests
+
   util-linux            # setpriv/unshare/nsenter
   procps psmisc
 )

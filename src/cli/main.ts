@@ -2,6 +2,8 @@
 import { Command } from 'commander';
 import { registerProbeCommand } from './probe-command.js';
 import { registerDatapathCommands } from './datapath-commands.js';
+import { registerProxyCommand } from '../proxy/main.js';
+import { registerIptablesCommand } from '../fallback-iptables/cli.js';
 
 const program = new Command('meshcap')
   .description('eBPF-first service-mesh traffic redirection (CNI plugin + node agent), iptables fallback identical to istio-iptables')
@@ -9,6 +11,8 @@ const program = new Command('meshcap')
 
 registerProbeCommand(program);
 registerDatapathCommands(program);
+registerProxyCommand(program);
+registerIptablesCommand(program);
 
 try {
   await program.parseAsync(process.argv);

@@ -1,0 +1,70 @@
+// A pod in eBPF mode: its map entries plus, when it captures inbound, its own
+// sk_lookup link. register() is idempotent (a retried CNI ADD), unregister()
+// works when the netns is already gone, check() says what is missing.
+import * as bpf from '../native/addon.js';
+import type { CaptureConfig } from '../redirect/config.js';
+import { attachPodInbound, detachPodInbound, hasPodInbound } from '../loader/pod-inbound.js';
+import { PodMaps } from './registry.js';
+import type { McStats } from './layout.js';
+
+export interface RegisteredPod {
+  netns: bigint;
+  entries: number;
+  inboundLink: number | null;
+}
+
+export class EbpfPods {
+  private readonly maps: PodMaps;
+
+  constructor(readonly pinRoot: string) {
+    this.maps = new PodMaps(pinRoot);
+  }
+
+  close(): void {
+    this.maps.close();
+  }
+
+  /** The pod identity both the agent and the kernel programs compute. */
+  static netnsCookie(netnsPath: string): Promise<bigint> {
+    return bpf.netnsCookie(netnsPath);
+  }
+
+  async register(netnsPath: string, cfg: CaptureConfig, podIPs: string[]): Promise<RegisteredPod> {
+    const netns = await bpf.netnsCookie(netnsPath);
+    const e = this.maps.write(netns, cfg, podIPs);
+    let inboundLink: number | null = null;
+    if (cfg.parsed.inboundCapture) {
+      inboundLink = (await attachPodInbound(this.pinRoot, netns, netnsPath)).linkId;
+    } else {
+      detachPodInbound(this.pinRoot, netns);
+    }
+    return { netns, entries: 2 + e.cidrs.length + e.ports.length, inboundLink };
+  }
+
+  /** Remove everything of the pod; returns the number of map entries removed. */
+  unregister(netns: bigint): number {
+    detachPodInbound(this.pinRoot, netns);
+    return this.maps.remove(netns);
+  }
+
+  check(netns: bigint, cfg: CaptureConfig, podIPs: string[]): string[] {
+    const problems = this.maps.diff(netns, cfg, podIPs);
+    if (cfg.parsed.inboundCapture && !hasPodInbound(this.pinRoot, netns)) problems.push('no inbound sk_lookup link pinned');
+    return problems;
+  }
+
+  pods(): bigint[] {
+    return this.maps.pods();
+  }
+
+  stats(netns: bigint): McStats | null {
+    return this.maps.stats(netns);
+  }
+
+  /** Entries left for a netns in any per-pod map (0 after unregister). */
+  leftovers(netns: bigint): number {
+    return (this.maps.pod(netns) ? 1 : 0) + (this.maps.stats(netns) ? 1 : 0) +
+      this.maps.keysOf('mc_cidrs', netns).length + this.maps.keysOf('mc_ports', netns).length +
+      (hasPodInbound(this.pinRoot, netns) ? 1 : 0);
+  }
+}

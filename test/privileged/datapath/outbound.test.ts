@@ -1,0 +1,234 @@
+// Outbound capture in eBPF mode on this kernel: real programs attached at the
+// cgroup v2 root, real pods (network namespaces), real connections to servers
+// that exist only inside the test's namespaces, unmodified proxies reading
+// SO_ORIGINAL_DST.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { chmodSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { loadDatapath, setSplice, uninstallDatapath } from '../../../src/loader/datapath.js';
+import { EbpfPods } from '../../../src/maps/ebpf-pods.js';
+import * as bpf from '../../../src/native/addon.js';
+import { mcOrig } from '../../../src/maps/layout.js';
+import { Lab, testPinRoot, type NsAgent } from '../../helpers/lab.js';
+import { istioCapture } from '../../helpers/pods.js';
+
+const pinRoot = testPinRoot();
+const lab = new Lab();
+let pods: EbpfPods;
+let pod1: { name: string; path: string }, pod2: typeof pod1, pod3: typeof pod1, plain: typeof pod1;
+let app1: NsAgent, app2: NsAgent, app3: NsAgent, appPlain: NsAgent, proxyUidApp1: NsAgent;
+let proxy1: Awaited<ReturnType<Lab['proxy']>>, proxy2: Awaited<ReturnType<Lab['proxy']>>;
+let cookie1: bigint;
+const POD_IPS = ['198.18.1.1', '2001:db8:1::1'];
+let tmp: string;
+
+beforeAll(async () => {
+  tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-outbound-'));
+  chmodSync(tmp, 0o755); // haproxy runs as the proxy uid
+  await loadDatapath({ pinRoot });
+  pods = new EbpfPods(pinRoot);
+
+  pod1 = await lab.netns('pod1');
+  pod2 = await lab.netns('pod2');
+  pod3 = await lab.netns('pod3');
+  plain = await lab.netns('plain');
+  const srv = await lab.netns('srv');
+  const srv2 = await lab.netns('srv2');
+  const srv3 = await lab.netns('srv3');
+  const srvAddrs = { b4: ['198.18.1.2/24', '198.18.1.3/24', '198.18.1.4/24', '198.18.1.53/24'], b6: ['2001:db8:1::2/64', '2001:db8:1::3/64'] };
+  await lab.link(pod1.name, srv.name, { a4: ['198.18.1.1/24'], a6: ['2001:db8:1::1/64'], ...srvAddrs });
+  await lab.link(pod2.name, srv2.name, { a4: ['198.18.1.1/24'], a6: ['2001:db8:1::1/64'], ...srvAddrs });
+  await lab.link(pod3.name, srv3.name, { a4: ['198.18.1.1/24'], ...srvAddrs });
+  await lab.link(plain.name, srv.name, { a4: ['198.18.2.1/24'], b4: ['198.18.2.2/24'] });
+
+  for (const [ns, tag] of [[srv.name, 'srv'], [srv2.name, 'srv2'], [srv3.name, 'srv3']] as const) {
+    const s = await lab.agent(ns);
+    for (const h of ['198.18.1.2', '198.18.1.3', '198.18.1.4', '2001:db8:1::2', '2001:db8:1::3']) {
+      await s.listen(h, 80);
+      await s.listen(h, 5555);
+    }
+    if (tag === 'srv') await s.listen('198.18.2.2', 80);
+  }
+
+  app1 = await lab.agent(pod1.name);
+  app2 = await lab.agent(pod2.name);
+  app3 = await lab.agent(pod3.name);
+  appPlain = await lab.agent(plain.name);
+  proxyUidApp1 = await lab.agent(pod1.name, { uid: 1337 });
+  await app1.listen('198.18.1.1', 8080); // the app's own port, for the own-pod case
+  proxy1 = await lab.proxy(pod1.name);
+  proxy2 = await lab.proxy(pod2.name);
+  cookie1 = (await pods.register(pod1.path, istioCapture({ ips: POD_IPS, annotations: { 'traffic.sidecar.istio.io/excludeOutboundPorts': '5555' } }), POD_IPS)).netns;
+  await pods.register(pod2.path, istioCapture({ ips: POD_IPS }), POD_IPS);
+}, 120_000);
+
+afterAll(async () => {
+  pods?.close();
+  await lab.cleanup();
+  uninstallDatapath(pinRoot);
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
+});
+
+const acceptedFor = (p: typeof proxy1, orig: string) => p.accepts().filter((a) => a.orig === orig).length;
+
+describe('eBPF outbound capture', () => {
+  it('sends an app connection through the reference proxy to the original destination (IPv4)', async () => {
+    const before = acceptedFor(proxy1, '198.18.1.2:80');
+    const r = await app1.connect('198.18.1.2', 80, 'hello-v4');
+    expect(r.data, proxy1.lines.join('\n') + proxy1.stderr()).toBe('198.18.1.2:80|hello-v4');
+    expect(acceptedFor(proxy1, '198.18.1.2:80')).toBe(before + 1);
+    expect(pods.stats(cookie1)!.outbound).toBeGreaterThan(0n);
+  });
+
+  it('answers SO_ORIGINAL_DST with the struct an iptables REDIRECT gives', async () => {
+    await app1.connect('198.18.1.3', 80, 'raw');
+    const a = proxy1.accepts().find((x) => x.orig === '198.18.1.3:80')!;
+    // struct sockaddr_in: AF_INET, port 80 big-endian, 198.18.1.3, 8 zero bytes
+    expect(a.raw).toBe('0200' + '0050' + 'c6120103' + '0000000000000000');
+    await app1.connect('2001:db8:1::3', 80, 'raw6');
+    const b = proxy1.accepts().find((x) => x.orig === '[2001:db8:1::3]:80')!;
+    // struct sockaddr_in6: AF_INET6 (10), port, flowinfo 0, address, scope 0
+    expect(b.raw).toBe('0a00' + '0050' + '00000000' + '20010db8000100000000000000000003' + '00000000');
+  });
+
+  it('captures IPv6 and IPv4-mapped IPv6 connects', async () => {
+    expect((await app1.connect('2001:db8:1::2', 80, 'v6')).data).toBe('[2001:db8:1::2]:80|v6');
+    expect(acceptedFor(proxy1, '[2001:db8:1::2]:80')).toBeGreaterThan(0);
+    const before = acceptedFor(proxy1, '198.18.1.2:80');
+    expect((await app1.connect('::ffff:198.18.1.2', 80, 'mapped')).data).toBe('198.18.1.2:80|mapped');
+    expect(acceptedFor(proxy1, '198.18.1.2:80')).toBe(before + 1);
+  });
+
+  it('leaves excluded ports, loopback and the proxy uid alone', async () => {
+    const n = proxy1.accepts().length;
+    expect((await app1.connect('198.18.1.2', 5555, 'excluded')).data).toBe('198.18.1.2:5555|excluded');
+    expect((await app1.connect('127.0.0.1', 15001, '')).data).toBe(''); // straight to the proxy's own port: not redirected again
+    expect((await proxyUidApp1.connect('198.18.1.2', 80, 'from-proxy-uid')).data).toBe('198.18.1.2:80|from-proxy-uid');
+    // only the direct loopback connection reached the proxy (as itself, orig = its own address)
+    expect(proxy1.accepts().slice(n).every((a) => a.orig.endsWith(':15001'))).toBe(true);
+  });
+
+  it('sends the proxy\'s connection to its own pod address to the inbound port', async () => {
+    const r = await proxyUidApp1.connect('198.18.1.1', 8080, 'self');
+    expect(r.data).toBe('198.18.1.1:8080|self');
+    const a = proxy1.accepts().find((x) => x.listener === 'inbound' && x.orig === '198.18.1.1:8080');
+    expect(a).toBeDefined();
+  });
+
+  it('keeps original destinations apart for identical 4-tuples in two pods', async () => {
+    const [r1, r2] = await Promise.all([
+      app1.connect('198.18.1.2', 80, 'pod1', { address: '198.18.1.1', port: 40123 }),
+      app2.connect('198.18.1.3', 80, 'pod2', { address: '198.18.1.1', port: 40123 }),
+    ]);
+    expect(r1.data).toBe('198.18.1.2:80|pod1');
+    expect(r2.data).toBe('198.18.1.3:80|pod2');
+    expect(proxy1.accepts().some((a) => a.peer === '127.0.0.1:40123' || a.peer.endsWith(':40123'))).toBe(true);
+    expect(proxy2.accepts().filter((a) => a.peer.endsWith(':40123')).map((a) => a.orig)).toEqual(['198.18.1.3:80']);
+  });
+
+  it('leaves a non-meshed pod untouched', async () => {
+    expect((await appPlain.connect('198.18.2.2', 80, 'plain')).data).toBe('198.18.2.2:80|plain');
+  });
+
+  it('applies includeOutboundIPRanges, excludeOutboundIPRanges and includeOutboundPorts', async () => {
+    const cfg = istioCapture({
+      ips: POD_IPS,
+      annotations: {
+        'traffic.sidecar.istio.io/includeOutboundIPRanges': '198.18.1.0/24,2001:db8:1::2/128',
+        'traffic.sidecar.istio.io/excludeOutboundIPRanges': '198.18.1.4/32',
+        'traffic.sidecar.istio.io/excludeOutboundPorts': '5555',
+      },
+    });
+    await pods.register(pod1.path, cfg, POD_IPS);
+    expect(pods.check(cookie1, cfg, POD_IPS)).toEqual([]);
+    const n = proxy1.accepts().length;
+    await app1.connect('198.18.1.2', 80, 'in');      // included
+    await app1.connect('198.18.1.4', 80, 'ex');      // excluded CIDR wins
+    await app1.connect('2001:db8:1::3', 80, 'no6');  // not in the v6 include list
+    await app1.connect('2001:db8:1::2', 80, 'yes6'); // in it
+    expect(proxy1.accepts().slice(n).map((a) => a.orig)).toEqual(['198.18.1.2:80', '[2001:db8:1::2]:80']);
+
+    const portsOnly = istioCapture({
+      ips: POD_IPS,
+      annotations: { 'traffic.sidecar.istio.io/includeOutboundIPRanges': '', 'traffic.sidecar.istio.io/includeOutboundPorts': '5555' },
+    });
+    await pods.register(pod1.path, portsOnly, POD_IPS);
+    expect(pods.check(cookie1, portsOnly, POD_IPS)).toEqual([]);
+    const m = proxy1.accepts().length;
+    await app1.connect('198.18.1.2', 80, 'not-included');
+    await app1.connect('198.18.1.2', 5555, 'port-included');
+    expect(proxy1.accepts().slice(m).map((a) => a.orig)).toEqual(['198.18.1.2:5555']);
+    // back to the defaults for the tests after this one
+    await pods.register(pod1.path, istioCapture({ ips: POD_IPS }), POD_IPS);
+  });
+
+  it('captures DNS over UDP to the proxy and answers from the resolver the app asked', async () => {
+    const dnsPod = await lab.netns('dns');
+    const srvDns = await lab.netns('srvdns');
+    await lab.link(dnsPod.name, srvDns.name, { a4: ['198.18.3.1/24'], b4: ['198.18.3.53/24'] });
+    const app = await lab.agent(dnsPod.name);
+    const proxy = await lab.proxy(dnsPod.name, ['--dns', '15053', '--no-ipv6']);
+    await pods.register(dnsPod.path, istioCapture({ ips: ['198.18.3.1'], proxyEnv: { ISTIO_META_DNS_CAPTURE: 'true' }, ipv6: false }), ['198.18.3.1']);
+    const r = await app.call<{ data: string; from: string }>('udpAsk', { host: '198.18.3.53', port: 53, payload: 'query' });
+    expect(r.data).toBe('query'); // the proxy stand-in echoes
+    expect(r.from).toBe('198.18.3.53:53');
+    expect(proxy.lines.some((l) => l.includes('"event":"dns"'))).toBe(true);
+  });
+
+  it('works with an unmodified third-party proxy (HAProxy reading SO_ORIGINAL_DST) as uid 1337', async () => {
+    const cfg = path.join(tmp, 'haproxy.cfg');
+    writeFileSync(cfg, [
+      'global', '  maxconn 256', 'defaults', '  mode tcp', '  timeout connect 5s', '  timeout client 30s', '  timeout server 30s',
+      // server address 0.0.0.0, port 0: connect to the connection's original destination
+      'listen outbound', '  bind 127.0.0.1:15001', '  bind 0.0.0.0:15001', '  server original 0.0.0.0:0', '',
+    ].join('\n'));
+    const h = lab.spawn(pod3.name, ['haproxy', '-db', '-f', cfg], { uid: 1337 });
+    await pods.register(pod3.path, istioCapture({ ips: ['198.18.1.1'], ipv6: false }), ['198.18.1.1']);
+    let r: { data: string } | undefined;
+    for (let i = 0; i < 50 && !r; i++) {
+      r = await app3.connect('198.18.1.3', 80, 'via-haproxy').catch(async () => {
+        await new Promise((res) => setTimeout(res, 100));
+        return undefined;
+      });
+    }
+    expect(r?.data, h.stderr()).toBe('198.18.1.3:80|via-haproxy');
+    const st = pods.stats(await EbpfPods.netnsCookie(pod3.path))!;
+    expect(st.outbound).toBeGreaterThan(0n);
+    expect(st.origdst).toBeGreaterThan(0n);
+  });
+
+  it('gives identical bytes end to end with the splice on and off', async () => {
+    const payload = Array.from({ length: 20000 }, (_, i) => String.fromCharCode(33 + (i % 90))).join('');
+    setSplice(pinRoot, true);
+    try {
+      const on = await app1.connect('198.18.1.2', 80, payload);
+      expect(on.data.length).toBe(`198.18.1.2:80|${payload}`.length);
+      expect(on.data === `198.18.1.2:80|${payload}`).toBe(true);
+    } finally {
+      setSplice(pinRoot, false);
+    }
+    const off = await app1.connect('198.18.1.2', 80, payload);
+    expect(off.data === `198.18.1.2:80|${payload}`).toBe(true);
+  });
+
+  it('goes straight to the destination after the pod is unregistered, leaving no entry behind', async () => {
+    proxy1.proc.kill('SIGKILL');
+    pods.unregister(cookie1);
+    expect(pods.leftovers(cookie1)).toBe(0);
+    expect((await app1.connect('198.18.1.2', 80, 'direct')).data).toBe('198.18.1.2:80|direct');
+    // no in-flight original destination left for this pod either
+    const fd = bpf.objGet(`${pinRoot}/maps/mc_origdst`);
+    const fd2 = bpf.objGet(`${pinRoot}/maps/mc_sockorig`);
+    try {
+      for (const f of [fd, fd2]) {
+        const info = bpf.mapInfo(f);
+        const left = bpf.mapKeys(f, info.keySize).map((k) => mcOrig.decode(bpf.mapLookup(f, k, info.valueSize)!)).filter((o) => o.netns === cookie1);
+        expect(left).toEqual([]);
+      }
+    } finally {
+      bpf.closeFd(fd);
+      bpf.closeFd(fd2);
+    }
+  });
+});
