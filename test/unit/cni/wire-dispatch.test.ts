@@ -1,0 +1,69 @@
+import { describe, expect, it } from 'vitest';
+import { dispatch } from '../../../src/cni/dispatch.js';
+import { CniError, type RawRequest } from '../../../src/cni/spec.js';
+import type { CniHandlers } from '../../../src/cni/types.js';
+import { decodeWireRequest, encodeWireReply } from '../../../src/cni/wire.js';
+
+const raw = (over: Partial<RawRequest> = {}): RawRequest => ({
+  command: 'ADD', containerId: 'c1', netns: '/var/run/netns/p', ifname: 'eth0',
+  args: 'K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p', path: '',
+  stdin: JSON.stringify({ cniVersion: '0.4.0', name: 'n', type: 'meshcap-cni', prevResult: { cniVersion: '1.0.0', ips: [{ address: '198.18.0.9/24' }] } }),
+  ...over,
+});
+
+describe('wire codec', () => {
+  it('decodes a v1 request, defaulting absent fields to ""', () => {
+    expect(decodeWireRequest(Buffer.from('{"v":1,"command":"DEL","stdin":"{}"}'))).toEqual({
+      command: 'DEL', containerId: '', netns: '', ifname: '', args: '', path: '', stdin: '{}',
+    });
+  });
+  it('rejects non-JSON, non-objects, other versions, non-string fields with code 6', () => {
+    for (const bad of ['x', '[]', 'null', '{"v":2,"command":"ADD"}', '{"command":"ADD"}', '{"v":1,"netns":5}']) {
+      expect(() => decodeWireRequest(Buffer.from(bad))).toThrow(CniError);
+      try { decodeWireRequest(Buffer.from(bad)); } catch (e) { expect((e as CniError).code).toBe(6); }
+    }
+  });
+  it('encodes a reply', () => {
+    expect(JSON.parse(encodeWireReply({ exitCode: 1, stdout: '{"code":7}' }).toString())).toEqual({ exitCode: 1, stdout: '{"code":7}' });
+  });
+});
+
+describe('dispatch', () => {
+  const seen: string[] = [];
+  const handlers: CniHandlers = {
+    add: async (r) => void seen.push(`add ${r.podNamespace}/${r.podName}`),
+    del: async () => void seen.push('del'),
+    check: async () => { throw new CniError(3, 'no such pod'); },
+    status: async () => { throw new CniError(50, 'not ready'); },
+    gc: async (_r, a) => void seen.push(`gc ${a.length}`),
+  };
+
+  it('ADD answers the converted prevResult', async () => {
+    const o = await dispatch(raw(), handlers);
+    expect(o.reply).toEqual({ exitCode: 0, stdout: JSON.stringify({ cniVersion: '0.4.0', ips: [{ version: '4', address: '198.18.0.9/24' }] }) });
+    expect(o).toMatchObject({ verb: 'ADD', podNamespace: 'ns', podName: 'p', containerId: 'c1' });
+    expect(seen).toContain('add ns/p');
+  });
+  it('VERSION, DEL, GC succeed with the right stdout', async () => {
+    expect(JSON.parse((await dispatch(raw({ command: 'VERSION', stdin: '' }), handlers)).reply.stdout)).toMatchObject({ cniVersion: '1.1.0' });
+    expect((await dispatch(raw({ command: 'DEL' }), handlers)).reply).toEqual({ exitCode: 0, stdout: '' });
+    const gc = raw({ command: 'GC', stdin: JSON.stringify({ cniVersion: '1.1.0', name: 'n', type: 't', 'cni.dev/valid-attachments': [{ containerID: 'a', ifname: 'eth0' }] }) });
+    expect((await dispatch(gc, handlers)).reply.exitCode).toBe(0);
+    expect(seen).toContain('gc 1');
+  });
+  it('handler CniErrors carry the config version; parse errors too', async () => {
+    const c = await dispatch(raw({ command: 'CHECK' }), handlers);
+    expect(c.reply.exitCode).toBe(1);
+    expect(JSON.parse(c.reply.stdout)).toEqual({ cniVersion: '0.4.0', code: 3, msg: 'no such pod' });
+    const bad = await dispatch(raw({ stdin: JSON.stringify({ cniVersion: '0.3.1', name: '!', type: 't' }) }), handlers);
+    expect(JSON.parse(bad.reply.stdout)).toMatchObject({ cniVersion: '0.3.1', code: 7 });
+    const junk = await dispatch(raw({ stdin: '{' }), handlers);
+    expect(JSON.parse(junk.reply.stdout)).toMatchObject({ cniVersion: '1.1.0', code: 6 });
+  });
+  it('non-CniError becomes 999 and is reported as unexpected', async () => {
+    const boom = new TypeError('x is undefined');
+    const o = await dispatch(raw(), { ...handlers, add: async () => { throw boom; } });
+    expect(JSON.parse(o.reply.stdout)).toEqual({ cniVersion: '0.4.0', code: 999, msg: 'x is undefined' });
+    expect(o.unexpected).toBe(boom);
+  });
+});
