@@ -8,6 +8,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import net from 'node:net';
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -169,6 +170,15 @@ describe('with the agent serving', () => {
     });
   }
 
+  it('a netns path that does not exist is forwarded as is (the agent decides)', async () => {
+    await serve();
+    for (const netns of ['/proc/999999999/ns/net', '/var/run/netns/' + 'x'.repeat(200)]) {
+      const r = await runPlugin('ADD', netconf('1.1.0'), { CNI_NETNS: netns });
+      expect(r.exitCode).toBe(0);
+      expect(calls.at(-1)?.req.netns).toBe(netns);
+    }
+  });
+
   it('converts a prevResult given in another version to the config version', async () => {
     await serve();
     const to040 = await runPlugin('ADD', netconf('0.4.0', { prevResult: prev100 }));
@@ -316,6 +326,74 @@ describe('bad input: CNI errors, never a crash or a hang', () => {
     expect(String(r.json?.msg)).toContain('1048576');
     expect(r.ms).toBeLessThan(2000);
     expect(calls).toHaveLength(0);
+  });
+});
+
+describe('misbehaving agent', () => {
+  let rawDir: string;
+  let rawServer: net.Server | undefined;
+  beforeEach(() => {
+    rawDir = mkdtempSync(path.join(tmpdir(), 'meshcap-cni-raw-'));
+    sock = path.join(rawDir, 'cni.sock');
+  });
+  afterEach(async () => {
+    await new Promise<void>((res) => (rawServer ? rawServer.close(() => res()) : res()));
+    rawServer = undefined;
+    rmSync(rawDir, { recursive: true, force: true });
+  });
+  /** A raw agent that reads the request and then does `act` with the socket. */
+  async function rawAgent(act: (s: net.Socket) => void): Promise<void> {
+    rawServer = net.createServer({ allowHalfOpen: true }, (s) => {
+      s.on('error', () => {});
+      s.resume();
+      s.on('end', () => act(s));
+    });
+    await new Promise<void>((res) => rawServer!.listen(sock, res));
+  }
+
+  it('closing without an answer counts as unreachable: ADD 11, DEL ok', async () => {
+    await rawAgent((s) => s.end());
+    const add = await runPlugin('ADD', netconf('1.0.0'));
+    expect(add.json).toMatchObject({ code: 11 });
+    expect(String(add.json?.msg)).toMatch(/closed the connection without answering/);
+    const del = await runPlugin('DEL', netconf('1.0.0'));
+    expect([del.exitCode, del.stdout]).toEqual([0, '']);
+  });
+
+  it('a malformed reply is 999 naming the socket', async () => {
+    await rawAgent((s) => s.end('{"exitCode":"zero"}'));
+    const r = await runPlugin('ADD', netconf('1.0.0'));
+    expect(r.exitCode).toBe(1);
+    expect(r.json).toMatchObject({ code: 999, cniVersion: '1.0.0' });
+    expect(String(r.json?.msg)).toContain(sock);
+  });
+
+  it('a reply over 4 MiB is refused (999), not buffered without bound', async () => {
+    await rawAgent((s) => s.end(Buffer.alloc(6 << 20, 0x20)));
+    const r = await runPlugin('ADD', netconf('1.0.0'));
+    expect(r.json).toMatchObject({ code: 999 });
+    expect(String(r.json?.msg)).toMatch(/exceeds/);
+  });
+
+  it('relays the agent exit code and stdout verbatim', async () => {
+    await rawAgent((s) => s.end(JSON.stringify({ exitCode: 1, stdout: '{"cniVersion":"1.0.0","code":3,"msg":"gone"}' })));
+    const r = await runPlugin('CHECK', netconf('1.0.0'));
+    expect([r.exitCode, r.stdout]).toEqual([1, '{"cniVersion":"1.0.0","code":3,"msg":"gone"}']);
+  });
+});
+
+describe('stdin that never closes', () => {
+  it('ends with code 5 after the 5 s stdin deadline, not a hang', async () => {
+    const t0 = performance.now();
+    const child = execa(BIN, [], { env: envFor('ADD'), extendEnv: false, stdin: 'pipe', reject: false, timeout: 20_000 });
+    child.stdin?.write('{"cniVersion":');
+    const r = await child;
+    const ms = performance.now() - t0;
+    expect(r.timedOut).toBe(false);
+    expect(r.exitCode).toBe(1);
+    expect(JSON.parse(String(r.stdout))).toMatchObject({ code: 5 });
+    expect(ms).toBeGreaterThan(4500);
+    expect(ms).toBeLessThan(8000);
   });
 });
 
