@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "common.h"
@@ -14,6 +15,27 @@
 namespace meshcap {
 
 namespace {
+
+// libbpf's probes answer "no" for any failed trial load, EPERM included, so
+// an unprivileged caller would read "kernel lacks everything" and silently
+// fall back. Refuse to probe without CAP_BPF or CAP_SYS_ADMIN instead.
+void RequireBpfCapability(Napi::Env env, const char* fn) {
+  FILE* f = fopen("/proc/self/status", "re");
+  unsigned long long eff = 0;
+  bool found = false;
+  if (f) {
+    char line[256];
+    while (fgets(line, sizeof(line), f))
+      if (sscanf(line, "CapEff: %llx", &eff) == 1) {
+        found = true;
+        break;
+      }
+    fclose(f);
+  }
+  const unsigned long long capSysAdmin = 1ull << 21, capBpf = 1ull << 39;
+  if (found && !(eff & (capSysAdmin | capBpf)))
+    ThrowNativeError(env, EPERM, fn, "(process has neither CAP_BPF nor CAP_SYS_ADMIN, probe results would all read 'unsupported')");
+}
 
 // libbpf probes answer 1 (yes), 0 (no) or <0. EOPNOTSUPP/EINVAL mean libbpf or
 // the kernel does not know the type: "no". Anything else (EPERM, ...) means
@@ -28,12 +50,14 @@ Napi::Value ProbeResult(Napi::Env env, int r, const char* fn, const std::string&
 
 Napi::Value ProbeProgType(const Napi::CallbackInfo& info) {
   uint32_t t = ArgU32(info, 0, "probeProgType", "progType");
+  RequireBpfCapability(info.Env(), "probeProgType");
   int r = libbpf_probe_bpf_prog_type(static_cast<bpf_prog_type>(t), nullptr);
   return ProbeResult(info.Env(), r, "libbpf_probe_bpf_prog_type", "prog type " + std::to_string(t));
 }
 
 Napi::Value ProbeMapType(const Napi::CallbackInfo& info) {
   uint32_t t = ArgU32(info, 0, "probeMapType", "mapType");
+  RequireBpfCapability(info.Env(), "probeMapType");
   int r = libbpf_probe_bpf_map_type(static_cast<bpf_map_type>(t), nullptr);
   return ProbeResult(info.Env(), r, "libbpf_probe_bpf_map_type", "map type " + std::to_string(t));
 }
@@ -59,6 +83,7 @@ uint32_t ProbeAttachTypeFor(uint32_t progType) {
 Napi::Value ProbeHelper(const Napi::CallbackInfo& info) {
   uint32_t t = ArgU32(info, 0, "probeHelper", "progType");
   uint32_t h = ArgU32(info, 1, "probeHelper", "helperId");
+  RequireBpfCapability(info.Env(), "probeHelper");
   struct bpf_insn insns[] = {
       {BPF_JMP | BPF_CALL, 0, 0, 0, static_cast<int32_t>(h)},
       {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1},

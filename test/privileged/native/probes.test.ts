@@ -26,6 +26,19 @@ describe('libbpf probes', () => {
   });
 });
 
+describe('probes without privilege', () => {
+  it('throw EPERM instead of answering "unsupported"', async () => {
+    // A child as nobody (no capabilities): libbpf's probes would say "no" to
+    // everything there, which a caller would take for an old kernel.
+    const script =
+      `const a = require(${JSON.stringify(bpf.addonPath)});` +
+      'for (const f of [() => a.probeProgType(18), () => a.probeMapType(1), () => a.probeHelper(18, 1)])' +
+      '  try { f(); console.log("answered"); } catch (e) { console.log(e.code, e.syscall); }';
+    const { stdout } = await execa('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, '-e', script]);
+    expect(stdout.split('\n')).toEqual(['EPERM probeProgType', 'EPERM probeMapType', 'EPERM probeHelper']);
+  });
+});
+
 describe('probeAttach', () => {
   let cg: string | undefined;
   let ns: { name: string; path: string } | undefined;
