@@ -113,6 +113,19 @@ describe('openObject + load', () => {
   });
 });
 
+describe('concurrent loads', () => {
+  it('keep their libbpf logs apart', async () => {
+    const bad = open(rejectedObj);
+    const good = open(counterObj);
+    const [r1, r2] = await Promise.allSettled([bad.load(), good.load()]);
+    expect(r2.status).toBe('fulfilled');
+    expect(r1.status).toBe('rejected');
+    const log = ((r1 as PromiseRejectedResult).reason as NativeError).log!;
+    expect(log).toContain("prog 'unchecked_lookup'");
+    expect(log).not.toContain('connect4_count');
+  });
+});
+
 describe('setRodata', () => {
   it('checks the variable name and size', () => {
     const o = open(counterObj);
