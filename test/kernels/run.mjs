@@ -1,0 +1,270 @@
+#!/usr/bin/env node
+// @ts-check
+// npm run test:kernels — boot every kernel of the matrix (lib/matrix.mjs) in
+// qemu and run meshcap's checks inside it: the guest smoke check, `meshcap
+// probe --json` against the expected mode, the privileged vitest suite, and
+// on some kernels the same suite with MESHCAP_MODE=iptables. One line per
+// kernel; exit 1 if any kernel failed. See docs/kernels.md.
+//
+//   node test/kernels/run.mjs [--kernels 5.10,6.1] [--smoke] [--verifier-demo]
+//                             [--accel auto|tcg|kvm] [--timeout SEC] [--refresh] [--verbose]
+import { execa } from 'execa';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import pino from 'pino';
+import { fetchKernel } from './lib/fetch-kernel.mjs';
+import { buildInitramfs } from './lib/initramfs.mjs';
+import { ConsoleReader, renderRunScript } from './lib/job.mjs';
+import { selectKernels } from './lib/matrix.mjs';
+import { bootVm, kvmWorks } from './lib/qemu.mjs';
+import { failureLines, parseProbeMode, parseVitestSummary, verifierLines } from './lib/report.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repo = path.resolve(here, '..', '..');
+const cacheRoot = path.join(repo, 'build', 'kernels');
+const log = pino({ name: 'test:kernels', base: undefined }, pino.destination(2));
+
+// Modules loaded in the guest before the job; the kernel autoloads the rest.
+// No legacy iptable_* modules: their tables make iptables-nft print warnings.
+const PRELOAD = 'veth overlay nf_tables nft_compat nft_chain_nat nf_nat nf_conntrack xt_REDIRECT xt_owner ' +
+  'xt_mark xt_conntrack xt_tcpudp xt_multiport xt_comment sch_ingress cls_bpf dummy';
+
+const { values: opt } = parseArgs({
+  options: {
+    kernels: { type: 'string' },
+    smoke: { type: 'boolean', default: false },
+    'verifier-demo': { type: 'boolean', default: false },
+    accel: { type: 'string', default: process.env.MESHCAP_VM_ACCEL ?? 'auto' },
+    timeout: { type: 'string', default: '2400' },
+    refresh: { type: 'boolean', default: false },
+    verbose: { type: 'boolean', default: false },
+  },
+});
+if (!['auto', 'tcg', 'kvm'].includes(String(opt.accel))) throw new Error(`--accel must be auto, tcg or kvm, not '${opt.accel}'`);
+const vmTimeoutSec = Number(opt.timeout);
+if (!(vmTimeoutSec > 0)) throw new Error(`--timeout must be a positive number of seconds, not '${opt.timeout}'`);
+
+/**
+ * The steps one VM runs. The privileged suite is whatever vitest finds, so
+ * new tests need no change here.
+ * @param {import('./lib/matrix.mjs').KernelSpec} spec
+ * @param {import('./lib/fetch-kernel.mjs').FetchedKernel} kernel
+ * @returns {import('./lib/job.mjs').Step[]}
+ */
+function stepsFor(spec, kernel) {
+  /** @type {import('./lib/job.mjs').Step[]} */
+  const steps = [{
+    name: 'smoke', command: 'sh test/kernels/guest/smoke.sh', env: { EXPECT_RELEASE: kernel.release }, timeoutSec: 300,
+  }];
+  if (opt['verifier-demo']) {
+    const pin = '/sys/fs/bpf/meshcap-verifier-demo';
+    steps.push({
+      name: 'verifier-demo', timeoutSec: 300,
+      command: `bpftool prog load ${path.relative(repo, fixtureObject())} ${pin} && bpftool prog show pinned ${pin}; rc=$?; rm -f ${pin}; exit $rc`,
+    });
+  }
+  if (opt.smoke) return steps;
+  steps.push({
+    name: 'probe', timeoutSec: 300,
+    command: 'test -e bin/meshcap || { echo "bin/meshcap is missing: build the project (npm run build)"; exit 2; }; node bin/meshcap probe --json',
+  });
+  const vitest = 'npx --no-install vitest run --project privileged';
+  steps.push({ name: 'privileged', command: vitest, timeoutSec: vmTimeoutSec });
+  if (spec.forceIptables) {
+    steps.push({ name: 'privileged-iptables', command: vitest, env: { MESHCAP_MODE: 'iptables' }, timeoutSec: vmTimeoutSec });
+  }
+  return steps;
+}
+
+function fixtureObject() {
+  return path.join(cacheRoot, 'fixtures', 'needs-5.11-helper.bpf.o');
+}
+
+async function buildFixture() {
+  mkdirSync(path.dirname(fixtureObject()), { recursive: true });
+  await execa('clang', ['-target', 'bpf', '-O2', '-g', '-I/usr/include/x86_64-linux-gnu', '-c',
+    path.join(here, 'fixtures', 'needs-5.11-helper.bpf.c'), '-o', fixtureObject()]);
+}
+
+/**
+ * @param {import('./lib/job.mjs').StepResult | undefined} s
+ * @param {string} label
+ * @param {string[]} problems  appended to
+ * @param {string[]} details   appended to
+ */
+function judgeVitest(s, label, problems, details) {
+  if (!s) return '-';
+  const sum = parseVitestSummary(s.output);
+  const counts = sum ? `${sum.passed} passed, ${sum.failed} failed` : 'no summary';
+  if (s.rc !== 0 || !sum) {
+    problems.push(`${label}: ${s.rc === null ? 'did not finish' : s.rc === 124 ? 'timed out' : `exit ${s.rc}`} (${counts})`);
+    const v = verifierLines(s.output);
+    if (v.length) details.push(`${label}: verifier rejected a program:`, ...v.map((l) => `    ${l}`));
+    else details.push(`${label}:`, ...failureLines(s.output).map((l) => `    ${l}`));
+  }
+  return counts;
+}
+
+/**
+ * @param {import('./lib/matrix.mjs').KernelSpec} spec
+ * @param {'tcg'|'kvm'} accel
+ */
+async function runKernel(spec, accel) {
+  const t0 = Date.now();
+  const kernel = await fetchKernel(spec, { cacheRoot, refresh: opt.refresh, log: (msg, d) => log.info(d, msg) });
+  const nonce = randomBytes(6).toString('hex');
+  const steps = stepsFor(spec, kernel);
+  const workDir = mkdtempSync(path.join(tmpdir(), `meshcap-vm-${spec.id}-`));
+  const logDir = path.join(cacheRoot, 'logs');
+  mkdirSync(logDir, { recursive: true });
+  const consoleLog = path.join(logDir, `${spec.id}.console.log`);
+  /** @type {string[]} */
+  const transcript = [];
+  const reader = new ConsoleReader(nonce);
+  let boot;
+  try {
+    const initrd = await buildInitramfs({
+      kernel, workDir,
+      env: { NONCE: nonce, RELEASE: kernel.release, MODULES_DIR: kernel.modulesDir, KERNEL_DIR: kernel.dir, PRELOAD_MODULES: PRELOAD },
+      runScript: renderRunScript({ nonce, repo, steps }),
+    });
+    log.info({ kernel: spec.id, release: kernel.release, accel, steps: steps.map((s) => s.name) }, 'booting');
+    boot = await bootVm({
+      vmlinuz: kernel.vmlinuz, initrd, accel, timeoutSec: vmTimeoutSec,
+      onLine: (l) => {
+        transcript.push(l);
+        reader.push(l);
+        if (opt.verbose) process.stderr.write(`[${spec.id}] ${l}\n`);
+      },
+    });
+    reader.finish();
+  } finally {
+    rmSync(workDir, { recursive: true, force: true });
+    writeFileSync(consoleLog, transcript.join('\n') + '\n');
+  }
+
+  /** @type {string[]} */ const problems = [];
+  /** @type {string[]} */ const details = [];
+  if (reader.initFailure) problems.push(`VM init: ${reader.initFailure}`);
+  if (!reader.guest) {
+    problems.push(boot.timedOut ? `no userspace within ${vmTimeoutSec} s` : `VM stopped before userspace (qemu exit ${boot.exitCode})`);
+    details.push(...reader.other.filter((l) => l.trim()).slice(-15).map((l) => `    ${l}`));
+    if (boot.stderr) details.push(`    qemu: ${boot.stderr.split('\n').slice(0, 3).join(' / ')}`);
+  } else if (boot.timedOut) {
+    const running = reader.steps.find((s) => s.rc === null);
+    problems.push(`hard timeout after ${vmTimeoutSec} s${running ? ` in step ${running.name}` : ''}`);
+  } else if (reader.rc === null) {
+    problems.push(`VM ended without a result (qemu exit ${boot.exitCode}: kernel panic?)`);
+    details.push(...reader.other.filter((l) => /panic|BUG|Oops|Call Trace/i.test(l)).slice(0, 10).map((l) => `    ${l}`));
+  }
+
+  for (const s of reader.steps.filter((x) => x.name === 'smoke' || x.name === 'verifier-demo')) {
+    if (s.rc === 0) continue;
+    problems.push(`${s.name}: ${s.rc === null ? 'did not finish' : `exit ${s.rc}`}`);
+    const v = verifierLines(s.output);
+    details.push(`${s.name}:`, ...(v.length ? v : failureLines(s.output)).map((l) => `    ${l}`));
+  }
+  for (const want of steps) {
+    if (reader.guest && !reader.step(want.name) && !boot.timedOut && reader.rc !== null) problems.push(`${want.name}: never started`);
+  }
+
+  let mode = '-';
+  const probe = reader.step('probe');
+  if (probe) {
+    const p = parseProbeMode(probe.output);
+    mode = p?.mode ?? '?';
+    if (probe.rc !== 0 || !p) {
+      problems.push(`probe: ${probe.rc !== 0 ? `exit ${probe.rc}` : 'no mode in its JSON'}`);
+      details.push('probe:', ...failureLines(probe.output).map((l) => `    ${l}`));
+    } else if (p.mode !== spec.expectedMode) {
+      problems.push(`probe chose ${p.mode}, the matrix expects ${spec.expectedMode} (${spec.why})`);
+      details.push(`probe: ${JSON.stringify(p.json).slice(0, 400)}`);
+    }
+  }
+  const tests = judgeVitest(reader.step('privileged'), 'privileged', problems, details);
+  const forced = judgeVitest(reader.step('privileged-iptables'), 'privileged MESHCAP_MODE=iptables', problems, details);
+
+  const seconds = (Date.now() - t0) / 1000;
+  return {
+    spec, kernel, ok: problems.length === 0, mode, tests, forced, seconds, problems, details, consoleLog,
+    stepTimes: reader.steps.map((s) => `${s.name} ${s.seconds.toFixed(0)}s`).join(', '),
+    bootSeconds: boot.seconds,
+  };
+}
+
+async function chooseAccel(first) {
+  if (opt.accel !== 'auto') return /** @type {'tcg'|'kvm'} */ (opt.accel);
+  const kernel = await fetchKernel(first, { cacheRoot, refresh: false, log: (msg, d) => log.info(d, msg) });
+  const nonce = randomBytes(6).toString('hex');
+  const workDir = mkdtempSync(path.join(tmpdir(), 'meshcap-vm-kvmprobe-'));
+  try {
+    const initrd = await buildInitramfs({
+      kernel, workDir, env: { NONCE: nonce, KVM_PROBE: '1', RELEASE: kernel.release }, runScript: 'exit 0\n',
+    });
+    const reader = new ConsoleReader(nonce);
+    const r = await kvmWorks({ vmlinuz: kernel.vmlinuz, initrd, isOk: () => reader.kvmOk, onLine: (l) => reader.push(l) });
+    log.info({ kvm: r.ok, why: r.why }, r.ok ? 'using KVM' : 'KVM unusable, using TCG software emulation');
+    return r.ok ? 'kvm' : 'tcg';
+  } finally {
+    rmSync(workDir, { recursive: true, force: true });
+  }
+}
+
+async function preflight() {
+  const missing = [];
+  for (const [bin, pkg] of [['qemu-system-x86_64', 'qemu-system-x86'], ['cpio', 'cpio'], ['dpkg-deb', 'dpkg']]) {
+    if ((await execa('sh', ['-c', `command -v ${bin}`], { reject: false })).exitCode !== 0) missing.push(pkg);
+  }
+  if (!existsSync('/bin/busybox') || !(await execa('file', ['-L', '/bin/busybox'], { reject: false })).stdout.includes('statically linked')) {
+    missing.push('busybox-static');
+  }
+  if (missing.length) throw new Error(`test:kernels needs Debian packages: apt-get install ${missing.join(' ')}`);
+  if (process.getuid?.() !== 0) throw new Error('test:kernels must run as root (mknod for the initramfs console, apt downloads)');
+}
+
+async function main() {
+  await preflight();
+  const specs = selectKernels(opt.kernels?.split(',').map((s) => s.trim()).filter(Boolean));
+  if (opt['verifier-demo']) await buildFixture();
+  const accel = await chooseAccel(specs[0]);
+  const results = [];
+  for (const spec of specs) {
+    let r;
+    try {
+      r = await runKernel(spec, accel);
+    } catch (e) {
+      r = { spec, ok: false, problems: [`setup: ${/** @type {Error} */ (e).message}`], details: [], seconds: 0 };
+    }
+    results.push(r);
+    printLine(r, accel);
+  }
+  const failed = results.filter((r) => !r.ok).length;
+  console.log(`kernels: ${results.length - failed} passed, ${failed} failed`);
+  process.exitCode = failed ? 1 : 0;
+}
+
+/** One line per kernel, then why it failed. */
+function printLine(r, accel) {
+  const rel = r.kernel?.release ?? '?';
+  const parts = [
+    `kernel ${r.spec.id.padEnd(5)}`, `release ${rel}`,
+    `mode ${r.mode ?? '-'} (expected ${r.spec.expectedMode})`,
+    `tests ${r.tests ?? '-'}`,
+  ];
+  if (r.forced && r.forced !== '-') parts.push(`iptables-forced ${r.forced}`);
+  parts.push(`${Math.round(r.seconds)} s ${accel}`, r.ok ? 'PASS' : 'FAIL');
+  console.log(parts.join(' | '));
+  if (r.stepTimes) console.log(`    steps: ${r.stepTimes}`);
+  for (const p of r.problems) console.log(`    ✗ ${p}`);
+  for (const d of r.details) console.log(`  ${d}`);
+  if (!r.ok && r.consoleLog) console.log(`    full console: ${path.relative(process.cwd(), r.consoleLog)}`);
+}
+
+main().catch((e) => {
+  console.error(`test:kernels: ${e instanceof Error ? e.message : e}`);
+  process.exitCode = 1;
+});
