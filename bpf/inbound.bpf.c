@@ -49,8 +49,11 @@ int mc_inbound(struct bpf_sk_lookup *ctx)
 		__builtin_memcpy(local, l6, 16);
 		__builtin_memcpy(remote, r6, 16);
 	}
-	/* PREROUTING never sees the pod's own traffic: leave loopback/own alone. */
-	if (mc_is_loopback(local) || mc_is_loopback(remote) || mc_is_pod_addr(pod, remote))
+	/* NAT in PREROUTING never re-decides the pod's own connections: leave
+	 * loopback, the pod's own addresses and the proxy's passthrough source
+	 * (127.0.0.6 is loopback; ::6 for IPv6) alone. */
+	if (mc_is_loopback(local) || mc_is_loopback(remote) || mc_is_passthrough6(remote) ||
+	    mc_is_pod_addr(pod, remote))
 		return SK_PASS;
 	port = (__u16)ctx->local_port;
 	if (port == pod->tunnel_port || port == pod->inbound_port)

@@ -27,7 +27,7 @@ MC_INLINE bool mc_is_passthrough_src(const __u8 a[16])
 	const __u32 *w = (const __u32 *)a;
 	if (mc_is_v4mapped(a))
 		return w[3] == bpf_htonl(0x7f000006);
-	return w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == bpf_htonl(6);
+	return mc_is_passthrough6(a);
 }
 
 /*

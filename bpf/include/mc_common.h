@@ -50,6 +50,13 @@ MC_INLINE bool mc_is_loopback(const __u8 a[16])
 	return w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == bpf_htonl(1);
 }
 
+/* ::6, Envoy's IPv6 inbound passthrough source (127.0.0.6 for IPv4) */
+MC_INLINE bool mc_is_passthrough6(const __u8 a[16])
+{
+	const __u32 *w = (const __u32 *)a;
+	return w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == bpf_htonl(6);
+}
+
 MC_INLINE struct mc_pod *mc_pod_of(__u64 netns)
 {
 	return bpf_map_lookup_elem(&mc_pods, &netns);

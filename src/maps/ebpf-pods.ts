@@ -1,6 +1,7 @@
 // A pod in eBPF mode: its map entries plus, when it captures inbound, its own
 // sk_lookup link. register() is idempotent (a retried CNI ADD), unregister()
 // works when the netns is already gone, check() says what is missing.
+import { execa } from 'execa';
 import * as bpf from '../native/addon.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { attachPodInbound, detachPodInbound, hasPodInbound } from '../loader/pod-inbound.js';
@@ -11,6 +12,15 @@ export interface RegisteredPod {
   netns: bigint;
   entries: number;
   inboundLink: number | null;
+}
+
+/**
+ * The proxy's inbound passthrough binds ::6 for IPv6 (127.0.0.6 for IPv4 is on
+ * lo already); Istio adds ::6/128 to the pod's lo, and so does meshcap.
+ */
+async function ensurePassthroughV6(netnsPath: string): Promise<void> {
+  const r = await execa('nsenter', [`--net=${netnsPath}`, 'ip', '-6', 'addr', 'replace', '::6/128', 'dev', 'lo'], { reject: false });
+  if (r.exitCode !== 0) throw new Error(`cannot add ::6/128 to lo in ${netnsPath} (IPv6 inbound passthrough): ${r.stderr.trim()}`);
 }
 
 export class EbpfPods {
@@ -31,6 +41,7 @@ export class EbpfPods {
 
   async register(netnsPath: string, cfg: CaptureConfig, podIPs: string[]): Promise<RegisteredPod> {
     const netns = await bpf.netnsCookie(netnsPath);
+    if (cfg.enableIPv6 || podIPs.some((ip) => ip.includes(':'))) await ensurePassthroughV6(netnsPath);
     const e = this.maps.write(netns, cfg, podIPs);
     let inboundLink: number | null = null;
     if (cfg.parsed.inboundCapture) {

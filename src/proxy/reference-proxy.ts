@@ -18,7 +18,7 @@ export interface ProxyOptions {
   dnsPort?: number;
   /** answer the bytes back instead of forwarding (app-to-proxy leg benchmarks) */
   echo?: boolean;
-  /** source address for inbound passthrough, like Envoy's 127.0.0.6 */
+  /** source address for inbound passthrough, like Envoy's 127.0.0.6 / ::6 (on lo in IPv6 pods) */
   inboundSource4?: string;
   inboundSource6?: string;
   quiet?: boolean;
@@ -59,14 +59,14 @@ export function startReferenceProxy(o: ProxyOptions): { stats: ProxyStats; ready
     const key = fmt(orig.family, orig.address, orig.port);
     stats.accepted++;
     stats.byOrig[key] = (stats.byOrig[key] ?? 0) + 1;
-    emit({ event: 'accept', listener, orig: key, peer: `${sock.remoteAddress}:${sock.remotePort}`, raw: orig.raw.toString('hex'), optlen: orig.optlen });
+    emit({ event: 'accept', listener, orig: key, local: fmt(sock.localFamily === 'IPv6' ? 6 : 4, sock.localAddress ?? '', sock.localPort ?? 0), peer: `${sock.remoteAddress}:${sock.remotePort}`, raw: orig.raw.toString('hex'), optlen: orig.optlen });
     sock.setNoDelay(true);
     if (o.echo) {
       sock.pipe(sock);
       sock.on('error', () => sock.destroy());
       return;
     }
-    const localAddress = listener === 'inbound' ? (orig.family === 4 ? o.inboundSource4 ?? '127.0.0.6' : o.inboundSource6) : undefined;
+    const localAddress = listener === 'inbound' ? (orig.family === 4 ? o.inboundSource4 ?? '127.0.0.6' : o.inboundSource6 ?? '::6') : undefined;
     const up = net.connect({ host: orig.address, port: orig.port, family: orig.family, allowHalfOpen: true, ...(localAddress ? { localAddress } : {}) });
     up.setNoDelay(true);
     sock.pipe(up).pipe(sock);

@@ -137,7 +137,7 @@ export class Lab {
     await s.ready;
     return {
       ...s,
-      accepts: () => s.lines.filter((l) => l.includes('"event":"accept"')).map((l) => JSON.parse(l) as { listener: string; orig: string; peer: string; raw: string; optlen: number }),
+      accepts: () => s.lines.filter((l) => l.includes('"event":"accept"')).map((l) => JSON.parse(l) as { listener: string; orig: string; local: string; peer: string; raw: string; optlen: number }),
     };
   }
 

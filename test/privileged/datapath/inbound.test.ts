@@ -1,0 +1,103 @@
+// Inbound capture in eBPF mode: connections arriving at a meshed pod are
+// steered by the pod's sk_lookup program to the proxy's inbound listener,
+// which recovers the original destination and forwards to the app from
+// 127.0.0.6, as Envoy's inbound passthrough does.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadDatapath, uninstallDatapath } from '../../../src/loader/datapath.js';
+import { EbpfPods } from '../../../src/maps/ebpf-pods.js';
+import { Lab, testPinRoot, type NsAgent } from '../../helpers/lab.js';
+import { istioCapture } from '../../helpers/pods.js';
+
+const pinRoot = testPinRoot();
+const lab = new Lab();
+let pods: EbpfPods;
+let pod: { name: string; path: string };
+let client: NsAgent;
+let proxy: Awaited<ReturnType<Lab['proxy']>>;
+let cookie: bigint;
+const IPS = ['198.18.4.1', '2001:db8:4::1'];
+
+beforeAll(async () => {
+  await loadDatapath({ pinRoot });
+  pods = new EbpfPods(pinRoot);
+  pod = await lab.netns('ipod');
+  const cl = await lab.netns('icli');
+  await lab.link(pod.name, cl.name, { a4: ['198.18.4.1/24'], a6: ['2001:db8:4::1/64'], b4: ['198.18.4.2/24'], b6: ['2001:db8:4::2/64'] });
+  const app = await lab.agent(pod.name);
+  for (const h of ['0.0.0.0', '::']) for (const p of [8080, 9090, 9091, 15021]) await app.listen(h, p);
+  client = await lab.agent(cl.name);
+  // CNI ADD runs before any container starts, so the pod is registered before
+  // the proxy listens; sockops registers the inbound listener at listen().
+  cookie = (await pods.register(pod.path, istioCapture({ ips: IPS, annotations: { 'traffic.sidecar.istio.io/excludeInboundPorts': '9090' } }), IPS)).netns;
+  proxy = await lab.proxy(pod.name);
+}, 120_000);
+
+afterAll(async () => {
+  pods?.close();
+  await lab.cleanup();
+  uninstallDatapath(pinRoot);
+});
+
+const inboundAccepts = () => proxy.accepts().filter((a) => a.listener === 'inbound');
+
+describe('eBPF inbound capture', () => {
+  it('steers a connection to the pod to the proxy\'s inbound listener with the original destination', async () => {
+    const n = inboundAccepts().length;
+    const r = await client.connect('198.18.4.1', 8080, 'in-v4');
+    expect(r.data).toBe('198.18.4.1:8080|in-v4');
+    const a = inboundAccepts().slice(n);
+    expect(a.map((x) => x.orig)).toEqual(['198.18.4.1:8080']);
+    // no packet rewriting: the proxy's socket already has the original destination as its local address
+    expect(a[0]!.local).toBe('198.18.4.1:8080');
+    expect(pods.stats(cookie)!.inbound).toBeGreaterThan(0n);
+  });
+
+  it('captures IPv6 too', async () => {
+    const n = inboundAccepts().length;
+    expect((await client.connect('2001:db8:4::1', 8080, 'in-v6')).data).toBe('[2001:db8:4::1]:8080|in-v6');
+    expect(inboundAccepts().slice(n).map((x) => x.orig)).toEqual(['[2001:db8:4::1]:8080']);
+  });
+
+  it('lets 15021 and excludeInboundPorts reach their listeners directly', async () => {
+    const n = inboundAccepts().length;
+    expect((await client.connect('198.18.4.1', 15021, 'health')).data).toBe('198.18.4.1:15021|health');
+    expect((await client.connect('198.18.4.1', 9090, 'excluded')).data).toBe('198.18.4.1:9090|excluded');
+    expect(inboundAccepts().length).toBe(n);
+  });
+
+  it('captures only includeInboundPorts when it is a list', async () => {
+    const cfg = istioCapture({ ips: IPS, annotations: { 'traffic.sidecar.istio.io/includeInboundPorts': '8080' } });
+    await pods.register(pod.path, cfg, IPS);
+    expect(pods.check(cookie, cfg, IPS)).toEqual([]);
+    const n = inboundAccepts().length;
+    await client.connect('198.18.4.1', 8080, 'listed');
+    await client.connect('198.18.4.1', 9091, 'not-listed');
+    expect(inboundAccepts().slice(n).map((x) => x.orig)).toEqual(['198.18.4.1:8080']);
+  });
+
+  it('gives TPROXY mode the original destination as the accepted socket\'s own address', async () => {
+    const cfg = istioCapture({ ips: IPS, annotations: { 'sidecar.istio.io/interceptionMode': 'TPROXY' } });
+    await pods.register(pod.path, cfg, IPS);
+    const n = inboundAccepts().length;
+    expect((await client.connect('198.18.4.1', 9091, 'tproxy')).data).toBe('198.18.4.1:9091|tproxy');
+    const a = inboundAccepts().slice(n);
+    expect(a.map((x) => [x.local, x.orig])).toEqual([['198.18.4.1:9091', '198.18.4.1:9091']]);
+  });
+
+  it('carries 1000 concurrent connections byte for byte', async () => {
+    await pods.register(pod.path, istioCapture({ ips: IPS }), IPS);
+    const n = inboundAccepts().length;
+    const r = await client.call<{ ok: number; bad: string[] }>('connectMany', { host: '198.18.4.1', port: 8080, count: 1000, payloadBytes: 2000, timeoutMs: 60_000 });
+    expect(r.bad).toEqual([]);
+    expect(r.ok).toBe(1000);
+    expect(inboundAccepts().length - n).toBe(1000);
+  });
+
+  it('goes straight to the app once the pod is unregistered, leaving nothing behind', async () => {
+    pods.unregister(cookie);
+    expect(pods.leftovers(cookie)).toBe(0);
+    const n = inboundAccepts().length;
+    expect((await client.connect('198.18.4.1', 8080, 'direct')).data).toBe('198.18.4.1:8080|direct');
+    expect(inboundAccepts().length).toBe(n);
+  });
+});
