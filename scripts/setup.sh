@@ -18,6 +18,7 @@ PKGS=(
   socat haproxy         # haproxy: unmodified third-party SO_ORIGINAL_DST proxy in tests
 
   util-linux            # setpriv/unshare/nsenter
+  python3               # SO_ORIGINAL_DST listener in the iptables traffic test
   procps psmisc
 )
 

@@ -66,7 +66,8 @@ function inspectPinnedLink(pin: string, attachType: number, cgroupId: bigint): {
   return { fd, info };
 }
 
-export async function loadDatapath(opts: { pinRoot: string; splice?: boolean }): Promise<LoadResult> {
+/** objectDir: where the .bpf.o files are (default: this package's build/bpf). */
+export async function loadDatapath(opts: { pinRoot: string; splice?: boolean; objectDir?: string }): Promise<LoadResult> {
   await ensureBpffs();
   const cgroup = cgroup2OrThrow();
   const cgroupId = BigInt(statSync(cgroup).ino);
@@ -75,7 +76,7 @@ export async function loadDatapath(opts: { pinRoot: string; splice?: boolean }):
 
   const links: LinkState[] = [];
   for (const spec of NODE_OBJECTS) {
-    const obj = bpf.openObject(objectPath(spec.file), { mapPinDir: L.maps });
+    const obj = bpf.openObject(objectPath(spec.file, opts.objectDir), { mapPinDir: L.maps });
     try {
       await obj.load();
       const progs = new Map(obj.programs().map((p) => [p.name, p]));

@@ -41,7 +41,7 @@ export const POD_INBOUND_OBJECT = 'inbound.bpf.o';
 export const POD_INBOUND_PROGRAM = 'mc_inbound';
 export const POD_INBOUND_RODATA = 'mc_netns';
 
-export const objectPath = (file: string) => path.join(bpfObjectDir, file);
+export const objectPath = (file: string, dir = bpfObjectDir) => path.join(dir, file);
 
 /** Layout under the pin root. */
 export const pinLayout = (root: string) => ({
