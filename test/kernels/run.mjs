@@ -99,7 +99,8 @@ async function buildFixture() {
 function judgeVitest(s, label, problems, details) {
   if (!s) return '-';
   const sum = parseVitestSummary(s.output);
-  const counts = sum ? `${sum.passed} passed, ${sum.failed} failed` : 'no summary';
+  const counts = !sum ? 'no summary'
+    : `${sum.passed} passed, ${sum.failed} failed${sum.skipped ? `, ${sum.skipped} skipped` : ''}${sum.errors ? `, ${sum.errors} unhandled errors` : ''}`;
   if (s.rc !== 0 || !sum) {
     problems.push(`${label}: ${s.rc === null ? 'did not finish' : s.rc === 124 ? 'timed out' : `exit ${s.rc}`} (${counts})`);
     const v = verifierLines(s.output);
@@ -151,14 +152,14 @@ async function runKernel(spec, accel) {
   /** @type {string[]} */ const details = [];
   if (reader.initFailure) problems.push(`VM init: ${reader.initFailure}`);
   if (!reader.guest) {
-    problems.push(boot.timedOut ? `no userspace within ${vmTimeoutSec} s` : `VM stopped before userspace (qemu exit ${boot.exitCode})`);
+    problems.push(boot.timedOut ? `no userspace within ${vmTimeoutSec} s` : `VM stopped before userspace (qemu ${boot.signal ?? `exit ${boot.exitCode}`})`);
     details.push(...reader.other.filter((l) => l.trim()).slice(-15).map((l) => `    ${l}`));
     if (boot.stderr) details.push(`    qemu: ${boot.stderr.split('\n').slice(0, 3).join(' / ')}`);
   } else if (boot.timedOut) {
     const running = reader.steps.find((s) => s.rc === null);
     problems.push(`hard timeout after ${vmTimeoutSec} s${running ? ` in step ${running.name}` : ''}`);
   } else if (reader.rc === null) {
-    problems.push(`VM ended without a result (qemu exit ${boot.exitCode}: kernel panic?)`);
+    problems.push(`VM ended without a result (qemu ${boot.signal ?? `exit ${boot.exitCode}`}: kernel panic?)`);
     details.push(...reader.other.filter((l) => /panic|BUG|Oops|Call Trace/i.test(l)).slice(0, 10).map((l) => `    ${l}`));
   }
 

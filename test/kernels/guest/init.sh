@@ -40,7 +40,8 @@ mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 hostroo
 # The kernel's module tree for the modprobe helper (and for tests that call modprobe).
 mkdir -p "/lib/modules/$RELEASE"
 mount --bind "/host$MODULES_DIR" "/lib/modules/$RELEASE" || fail "no modules at $MODULES_DIR"
-echo /bin/modprobe >/proc/sys/kernel/modprobe
+mkdir -p /sbin && ln -sf /bin/busybox /sbin/modprobe
+echo /sbin/modprobe >/proc/sys/kernel/modprobe
 
 mount -t tmpfs -o size=1536m,mode=0755 scratch /scratch
 mkdir -p /scratch/upper /scratch/work
@@ -67,6 +68,13 @@ mount -t cgroup2 cgroup2 $R/sys/fs/cgroup || fail "cgroup2 mount failed"
 mount -t tracefs tracefs $R/sys/kernel/tracing 2>/dev/null
 mount -t debugfs debugfs $R/sys/kernel/debug 2>/dev/null
 mkdir -p "$R/lib/modules/$RELEASE" 2>/dev/null && mount --bind "/lib/modules/$RELEASE" "$R/lib/modules/$RELEASE"
+# iptables-legacy and friends exec the kernel's modprobe path inside the
+# chroot; give the host root one if it has none (no kmod installed).
+if [ "$ROOTFS" = overlay ] && [ ! -e $R/sbin/modprobe ]; then
+	mkdir -p $R/usr/local/lib/meshcap-vm
+	cp /bin/busybox $R/usr/local/lib/meshcap-vm/busybox
+	for t in modprobe insmod rmmod lsmod; do ln -s /usr/local/lib/meshcap-vm/busybox "$R/usr/sbin/$t"; done
+fi
 # bpftool feature probe and friends read /boot/config-$(uname -r).
 [ "$ROOTFS" = overlay ] && cp "/host$KERNEL_DIR/boot/config-$RELEASE" "$R/boot/" 2>/dev/null
 

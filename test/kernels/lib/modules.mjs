@@ -43,14 +43,14 @@ export function loadOrder(dep, builtin, wanted) {
   const order = [];
   const done = new Set();
   const visiting = new Set();
-  /** @param {string} name @param {string[]} chain */
+  /** @param {string} name @param {string[]} chain  users of name, outermost first */
   const visit = (name, chain) => {
     if (done.has(name) || builtin.has(name)) return;
     const m = dep.get(name);
-    if (!m) throw new Error(`module ${name} (needed by ${chain.join(' <- ') || 'the VM init'}) is neither in modules.dep nor built in`);
-    if (visiting.has(name)) throw new Error(`module dependency cycle: ${[...chain, name].join(' -> ')}`);
+    if (!m) throw new Error(`module ${name} (needed by ${[...chain].reverse().join(' <- ') || 'the VM init'}) is neither in modules.dep nor built in`);
+    if (visiting.has(name)) throw new Error(`module dependency cycle: ${[...chain.slice(chain.indexOf(name)), name].join(' -> ')}`);
     visiting.add(name);
-    for (const d of m.deps) visit(moduleName(d), [name, ...chain]);
+    for (const d of m.deps) visit(moduleName(d), [...chain, name]);
     visiting.delete(name);
     done.add(name);
     order.push(m.path);

@@ -8,6 +8,7 @@ import { existsSync } from 'node:fs';
 /**
  * @typedef {object} BootResult
  * @property {number|undefined} exitCode  qemu's exit code (0 after the guest's poweroff)
+ * @property {string|undefined} signal    set when qemu was killed (timeout) or crashed (SIGABRT)
  * @property {boolean} timedOut
  * @property {number} seconds
  * @property {string} stderr  qemu's own complaints
@@ -49,6 +50,7 @@ export async function bootVm({ vmlinuz, initrd, accel, timeoutSec, onLine, memor
   const r = await vm;
   return {
     exitCode: r.exitCode,
+    signal: r.signal,
     timedOut: Boolean(r.timedOut),
     seconds: (Date.now() - t0) / 1000,
     stderr: String(r.stderr ?? '').trim(),
@@ -65,5 +67,5 @@ export async function kvmWorks({ vmlinuz, initrd, isOk, onLine, timeoutSec = 3 }
   if (!existsSync('/dev/kvm')) return { ok: false, why: '/dev/kvm missing' };
   const r = await bootVm({ vmlinuz, initrd, accel: 'kvm', timeoutSec, onLine, memory: '512M', cpus: 1 });
   if (isOk()) return { ok: true, why: `booted in ${r.seconds.toFixed(1)} s` };
-  return { ok: false, why: r.timedOut ? `no boot within ${timeoutSec} s` : `qemu exit ${r.exitCode}: ${r.stderr.split('\n')[0]}` };
+  return { ok: false, why: r.timedOut ? `no boot within ${timeoutSec} s` : `qemu ${r.signal ?? `exit ${r.exitCode}`}: ${r.stderr.split('\n')[0]}` };
 }

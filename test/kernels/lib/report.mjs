@@ -6,14 +6,20 @@
 /**
  * vitest's closing "Tests  1 failed | 10 passed | 2 skipped (13)" line.
  * @param {string[]} lines
- * @returns {{ passed: number, failed: number, skipped: number, total: number } | null}
+ * Also its "Errors  1 error" line: unhandled errors fail the run with all
+ * tests passed.
+ * @returns {{ passed: number, failed: number, skipped: number, total: number, errors: number } | null}
  */
 export function parseVitestSummary(lines) {
   for (let i = lines.length - 1; i >= 0; i--) {
     const m = /^\s*Tests\s+(.+?)\s+\((\d+)\)\s*$/.exec(lines[i]);
     if (!m) continue;
     const count = (word) => Number(new RegExp(`(\\d+) ${word}`).exec(m[1])?.[1] ?? 0);
-    return { passed: count('passed'), failed: count('failed'), skipped: count('skipped') + count('todo'), total: Number(m[2]) };
+    const errors = lines.slice(i + 1, i + 4).map((l) => /^\s*Errors\s+(\d+) error/.exec(l)).find(Boolean);
+    return {
+      passed: count('passed'), failed: count('failed'), skipped: count('skipped') + count('todo'), total: Number(m[2]),
+      errors: errors ? Number(errors[1]) : 0,
+    };
   }
   return null;
 }
