@@ -19,9 +19,14 @@ const r = await execa(path.join(root, 'node_modules/.bin/vitest'), ['run', '--re
 let summary = null;
 try {
   const j = JSON.parse(readFileSync(out, 'utf8'));
-  summary = { passed: j.numPassedTests, failed: j.numFailedTests + (j.numFailedTestSuites ?? 0) - 0, skipped: j.numPendingTests + j.numTodoTests, suites: j.numFailedTestSuites };
+  summary = { passed: j.numPassedTests, failed: j.numFailedTests + (j.numFailedTestSuites ?? 0), skipped: j.numPendingTests + j.numTodoTests, suites: j.numFailedTestSuites };
 } catch (e) {
   console.error(`run-tests: no JSON report (${e.message})`);
+}
+if (summary && r.exitCode !== 0 && summary.failed === 0) {
+  // e.g. an unhandled error outside any test: vitest fails the run, so must we
+  console.log('(vitest failed the run for errors outside the tests: see above)');
+  summary.failed = 1;
 }
 if (summary) {
   if (summary.suites) console.log(`(${summary.suites} test files failed to run)`);

@@ -121,6 +121,8 @@ export class Lab {
       });
       p.then((r) => rej(new Error(`${cmd.join(' ')} in ${ns} exited (${r.exitCode ?? r.signal}) before it was ready: ${stderr.trim()}`)));
     });
+    // Callers that wait get the rejection; a process nobody waits for (killed at cleanup) must not raise an unhandled one.
+    ready.catch(() => undefined);
     return { proc: p, lines, ready, stderr: () => stderr };
   }
 
