@@ -5,6 +5,10 @@
  * pods with the same struct an iptables REDIRECT + conntrack would give.
  * Every other option, and every socket outside meshed pods, is left exactly
  * as the kernel answered (optlen, optval and retval untouched).
+ *
+ * optlen is left as the caller passed it, as getorigdst() does: the kernel's
+ * buffer for this hook is zeroed, so a caller's sockaddr_storage comes back
+ * with the struct followed by zeros, byte for byte what REDIRECT gives.
  */
 #include "mc_common.h"
 
@@ -75,7 +79,6 @@ int mc_getsockopt(struct bpf_sockopt *ctx)
 		sin->port = bpf_htons(o->port);
 		__builtin_memcpy(&sin->addr, o->addr + 12, 4);
 		__builtin_memset(sin->zero, 0, 8);
-		ctx->optlen = sizeof(*sin);
 	} else {
 		struct mc_sockaddr_in6 *sin6 = ctx->optval;
 		if (o->family != 6 || (void *)(sin6 + 1) > ctx->optval_end)
@@ -85,7 +88,6 @@ int mc_getsockopt(struct bpf_sockopt *ctx)
 		sin6->flowinfo = 0;
 		__builtin_memcpy(sin6->addr, o->addr, 16);
 		sin6->scope_id = 0;
-		ctx->optlen = sizeof(*sin6);
 	}
 	ctx->retval = 0;
 	MC_STAT_INC(netns, origdst);

@@ -107,7 +107,9 @@ export function startReferenceProxy(o: ProxyOptions): { stats: ProxyStats; ready
       });
       waits.push(new Promise((resolve, reject) => {
         u.once('error', reject);
-        u.bind({ port: o.dnsPort!, address: type === 'udp4' ? '0.0.0.0' : '::' }, () => resolve());
+        // loopback only, as istio-agent's DNS proxy: a reply must come from the
+        // address the REDIRECT sent the query to, or conntrack cannot undo it
+        u.bind({ port: o.dnsPort!, address: type === 'udp4' ? '127.0.0.1' : '::1' }, () => resolve());
       }));
     }
   }

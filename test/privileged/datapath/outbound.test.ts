@@ -1,33 +1,32 @@
-// Outbound capture in eBPF mode on this kernel: real programs attached at the
-// cgroup v2 root, real pods (network namespaces), real connections to servers
-// that exist only inside the test's namespaces, unmodified proxies reading
-// SO_ORIGINAL_DST.
+// Outbound capture on this kernel, in eBPF mode (real programs attached at the
+// cgroup v2 root) and in iptables mode (Istio's rules in each pod netns): real
+// pods (network namespaces), real connections to servers that exist only
+// inside the test's namespaces, unmodified proxies reading SO_ORIGINAL_DST.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chmodSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { loadDatapath, setSplice, uninstallDatapath } from '../../../src/loader/datapath.js';
+import { setSplice } from '../../../src/loader/datapath.js';
 import { EbpfPods } from '../../../src/maps/ebpf-pods.js';
 import * as bpf from '../../../src/native/addon.js';
 import { mcOrig } from '../../../src/maps/layout.js';
-import { Lab, testPinRoot, type NsAgent } from '../../helpers/lab.js';
+import { Lab, type NsAgent } from '../../helpers/lab.js';
 import { istioCapture } from '../../helpers/pods.js';
+import { MODES, makeDriver, type Driver } from '../../helpers/datapaths.js';
 
-const pinRoot = testPinRoot();
+describe.each(MODES)('outbound capture, %s mode', (mode) => {
 const lab = new Lab();
-let pods: EbpfPods;
+let dp: Driver;
 let pod1: { name: string; path: string }, pod2: typeof pod1, pod3: typeof pod1, plain: typeof pod1;
 let app1: NsAgent, app2: NsAgent, app3: NsAgent, appPlain: NsAgent, proxyUidApp1: NsAgent;
 let proxy1: Awaited<ReturnType<Lab['proxy']>>, proxy2: Awaited<ReturnType<Lab['proxy']>>;
-let cookie1: bigint;
 const POD_IPS = ['198.18.1.1', '2001:db8:1::1'];
 let tmp: string;
 
 beforeAll(async () => {
   tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-outbound-'));
   chmodSync(tmp, 0o755); // haproxy runs as the proxy uid
-  await loadDatapath({ pinRoot });
-  pods = new EbpfPods(pinRoot);
+  dp = await makeDriver(mode);
 
   pod1 = await lab.netns('pod1');
   pod2 = await lab.netns('pod2');
@@ -59,37 +58,38 @@ beforeAll(async () => {
   await app1.listen('198.18.1.1', 8080); // the app's own port, for the own-pod case
   proxy1 = await lab.proxy(pod1.name);
   proxy2 = await lab.proxy(pod2.name);
-  cookie1 = (await pods.register(pod1.path, istioCapture({ ips: POD_IPS, annotations: { 'traffic.sidecar.istio.io/excludeOutboundPorts': '5555' } }), POD_IPS)).netns;
-  await pods.register(pod2.path, istioCapture({ ips: POD_IPS }), POD_IPS);
+  await dp.register(pod1.path, istioCapture({ ips: POD_IPS, annotations: { 'traffic.sidecar.istio.io/excludeOutboundPorts': '5555' } }), POD_IPS);
+  await dp.register(pod2.path, istioCapture({ ips: POD_IPS }), POD_IPS);
 }, 120_000);
 
 afterAll(async () => {
-  pods?.close();
   await lab.cleanup();
-  uninstallDatapath(pinRoot);
+  await dp?.close();
   if (tmp) rmSync(tmp, { recursive: true, force: true });
 });
 
 const acceptedFor = (p: typeof proxy1, orig: string) => p.accepts().filter((a) => a.orig === orig).length;
 
-describe('eBPF outbound capture', () => {
   it('sends an app connection through the reference proxy to the original destination (IPv4)', async () => {
     const before = acceptedFor(proxy1, '198.18.1.2:80');
     const r = await app1.connect('198.18.1.2', 80, 'hello-v4');
     expect(r.data, proxy1.lines.join('\n') + proxy1.stderr()).toBe('198.18.1.2:80|hello-v4');
     expect(acceptedFor(proxy1, '198.18.1.2:80')).toBe(before + 1);
-    expect(pods.stats(cookie1)!.outbound).toBeGreaterThan(0n);
+    if (dp.ebpf) expect(dp.ebpf.stats(await EbpfPods.netnsCookie(pod1.path))!.outbound).toBeGreaterThan(0n);
   });
 
   it('answers SO_ORIGINAL_DST with the struct an iptables REDIRECT gives', async () => {
     await app1.connect('198.18.1.3', 80, 'raw');
     const a = proxy1.accepts().find((x) => x.orig === '198.18.1.3:80')!;
-    // struct sockaddr_in: AF_INET, port 80 big-endian, 198.18.1.3, 8 zero bytes
-    expect(a.raw).toBe('0200' + '0050' + 'c6120103' + '0000000000000000');
+    // struct sockaddr_in: AF_INET, port 80 big-endian, 198.18.1.3, 8 zero bytes;
+    // optlen stays the caller's 128 (sockaddr_storage), the rest zero, as REDIRECT gives
+    expect(a.optlen).toBe(128);
+    expect(a.raw).toBe(('0200' + '0050' + 'c6120103' + '0000000000000000').padEnd(256, '0'));
     await app1.connect('2001:db8:1::3', 80, 'raw6');
     const b = proxy1.accepts().find((x) => x.orig === '[2001:db8:1::3]:80')!;
     // struct sockaddr_in6: AF_INET6 (10), port, flowinfo 0, address, scope 0
-    expect(b.raw).toBe('0a00' + '0050' + '00000000' + '20010db8000100000000000000000003' + '00000000');
+    expect(b.optlen).toBe(128);
+    expect(b.raw).toBe(('0a00' + '0050' + '00000000' + '20010db8000100000000000000000003' + '00000000').padEnd(256, '0'));
   });
 
   it('captures IPv6 and IPv4-mapped IPv6 connects', async () => {
@@ -140,8 +140,8 @@ describe('eBPF outbound capture', () => {
         'traffic.sidecar.istio.io/excludeOutboundPorts': '5555',
       },
     });
-    await pods.register(pod1.path, cfg, POD_IPS);
-    expect(pods.check(cookie1, cfg, POD_IPS)).toEqual([]);
+    await dp.register(pod1.path, cfg, POD_IPS);
+    expect(await dp.check(pod1.path, cfg, POD_IPS)).toEqual([]);
     const n = proxy1.accepts().length;
     await app1.connect('198.18.1.2', 80, 'in');      // included
     await app1.connect('198.18.1.4', 80, 'ex');      // excluded CIDR wins
@@ -153,14 +153,14 @@ describe('eBPF outbound capture', () => {
       ips: POD_IPS,
       annotations: { 'traffic.sidecar.istio.io/includeOutboundIPRanges': '', 'traffic.sidecar.istio.io/includeOutboundPorts': '5555' },
     });
-    await pods.register(pod1.path, portsOnly, POD_IPS);
-    expect(pods.check(cookie1, portsOnly, POD_IPS)).toEqual([]);
+    await dp.register(pod1.path, portsOnly, POD_IPS);
+    expect(await dp.check(pod1.path, portsOnly, POD_IPS)).toEqual([]);
     const m = proxy1.accepts().length;
     await app1.connect('198.18.1.2', 80, 'not-included');
     await app1.connect('198.18.1.2', 5555, 'port-included');
     expect(proxy1.accepts().slice(m).map((a) => a.orig)).toEqual(['198.18.1.2:5555']);
     // back to the defaults for the tests after this one
-    await pods.register(pod1.path, istioCapture({ ips: POD_IPS }), POD_IPS);
+    await dp.register(pod1.path, istioCapture({ ips: POD_IPS }), POD_IPS);
   });
 
   it('captures DNS over UDP to the proxy and answers from the resolver the app asked', async () => {
@@ -169,7 +169,7 @@ describe('eBPF outbound capture', () => {
     await lab.link(dnsPod.name, srvDns.name, { a4: ['198.18.3.1/24'], b4: ['198.18.3.53/24'] });
     const app = await lab.agent(dnsPod.name);
     const proxy = await lab.proxy(dnsPod.name, ['--dns', '15053', '--no-ipv6']);
-    await pods.register(dnsPod.path, istioCapture({ ips: ['198.18.3.1'], proxyEnv: { ISTIO_META_DNS_CAPTURE: 'true' }, ipv6: false }), ['198.18.3.1']);
+    await dp.register(dnsPod.path, istioCapture({ ips: ['198.18.3.1'], proxyEnv: { ISTIO_META_DNS_CAPTURE: 'true' }, ipv6: false }), ['198.18.3.1']);
     const r = await app.call<{ data: string; from: string }>('udpAsk', { host: '198.18.3.53', port: 53, payload: 'query' });
     expect(r.data).toBe('query'); // the proxy stand-in echoes
     expect(r.from).toBe('198.18.3.53:53');
@@ -184,7 +184,7 @@ describe('eBPF outbound capture', () => {
       'listen outbound', '  bind 127.0.0.1:15001', '  bind 0.0.0.0:15001', '  server original 0.0.0.0:0', '',
     ].join('\n'));
     const h = lab.spawn(pod3.name, ['haproxy', '-db', '-f', cfg], { uid: 1337 });
-    await pods.register(pod3.path, istioCapture({ ips: ['198.18.1.1'], ipv6: false }), ['198.18.1.1']);
+    await dp.register(pod3.path, istioCapture({ ips: ['198.18.1.1'], ipv6: false }), ['198.18.1.1']);
     let r: { data: string } | undefined;
     for (let i = 0; i < 50 && !r; i++) {
       r = await app3.connect('198.18.1.3', 80, 'via-haproxy').catch(async () => {
@@ -193,13 +193,17 @@ describe('eBPF outbound capture', () => {
       });
     }
     expect(r?.data, h.stderr()).toBe('198.18.1.3:80|via-haproxy');
-    const st = pods.stats(await EbpfPods.netnsCookie(pod3.path))!;
-    expect(st.outbound).toBeGreaterThan(0n);
-    expect(st.origdst).toBeGreaterThan(0n);
+    if (dp.ebpf) {
+      const st = dp.ebpf.stats(await EbpfPods.netnsCookie(pod3.path))!;
+      expect(st.outbound).toBeGreaterThan(0n);
+      expect(st.origdst).toBeGreaterThan(0n);
+    }
   });
 
-  it('gives identical bytes end to end with the splice on and off', async () => {
+  // The splice is an eBPF-mode feature.
+  if (mode === 'ebpf') it('gives identical bytes end to end with the splice on and off', async () => {
     const payload = Array.from({ length: 20000 }, (_, i) => String.fromCharCode(33 + (i % 90))).join('');
+    const pinRoot = dp.ebpf!.pinRoot;
     setSplice(pinRoot, true);
     try {
       const on = await app1.connect('198.18.1.2', 80, payload);
@@ -212,14 +216,16 @@ describe('eBPF outbound capture', () => {
     expect(off.data === `198.18.1.2:80|${payload}`).toBe(true);
   });
 
-  it('goes straight to the destination after the pod is unregistered, leaving no entry behind', async () => {
+  it('goes straight to the destination after the pod is unregistered, leaving nothing behind', async () => {
     proxy1.proc.kill('SIGKILL');
-    pods.unregister(cookie1);
-    expect(pods.leftovers(cookie1)).toBe(0);
+    const cookie1 = await EbpfPods.netnsCookie(pod1.path);
+    await dp.unregister(pod1.path);
+    expect(await dp.leftovers(pod1.path)).toBe(0);
     expect((await app1.connect('198.18.1.2', 80, 'direct')).data).toBe('198.18.1.2:80|direct');
+    if (!dp.ebpf) return;
     // no in-flight original destination left for this pod either
-    const fd = bpf.objGet(`${pinRoot}/maps/mc_origdst`);
-    const fd2 = bpf.objGet(`${pinRoot}/maps/mc_sockorig`);
+    const fd = bpf.objGet(`${dp.ebpf.pinRoot}/maps/mc_origdst`);
+    const fd2 = bpf.objGet(`${dp.ebpf.pinRoot}/maps/mc_sockorig`);
     try {
       for (const f of [fd, fd2]) {
         const info = bpf.mapInfo(f);
