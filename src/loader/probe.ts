@@ -28,8 +28,9 @@ function num(table: Record<string, number>, key: string | undefined, what: strin
 /** First verifier line that says why, for a one-line reason. */
 export function verifierReason(log: string | undefined, fallback: string): string {
   if (!log) return fallback;
-  const lines = log.split('\n').map((l) => l.trim()).filter(Boolean);
-  const hit = lines.find((l) => /cannot|invalid|unknown|not supported|disallowed|denied|unreachable|R\d+ /.test(l) && !/^;/.test(l));
+  // The verifier's own sentence, not libbpf's summary around it.
+  const lines = log.split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('libbpf:') && !l.startsWith(';'));
+  const hit = lines.find((l) => /cannot|invalid|unknown|not supported|disallowed|denied|prohibited|unreachable|R\d+ /.test(l));
   return hit ?? lines.at(-1) ?? fallback;
 }
 
