@@ -8,7 +8,7 @@
 import { existsSync } from 'node:fs';
 import { CoreV1Api, KubeConfig, Watch, type V1Pod } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
-import { PodCache } from './pod-cache.js';
+import { CachedPodSource } from './pod-cache.js';
 import type { PodChangeListener, PodSource } from './pod-source.js';
 
 export interface ApiSourceOptions {
@@ -65,7 +65,7 @@ class GoneError extends Error {
   }
 }
 
-export class ApiSource implements PodSource {
+export class ApiSource extends CachedPodSource implements PodSource {
   private readonly kc: KubeConfig;
   private readonly api: CoreV1Api;
   private readonly nodeName: string;
@@ -73,12 +73,10 @@ export class ApiSource implements PodSource {
   private readonly minBackoffMs: number;
   private readonly maxBackoffMs: number;
   private readonly watchTimeoutSeconds: number | undefined;
-  private readonly cache = new PodCache();
   private rv = '';
   private isSynced = false;
   private watching = false;
   private lastError: string | undefined;
-  private stopped = false;
   private loop: Promise<void> | undefined;
   private abortWatch: (() => void) | undefined;
   private watchEstablishedAt: number | undefined;
@@ -86,6 +84,7 @@ export class ApiSource implements PodSource {
   private syncWaiters: { resolve(): void; reject(err: Error): void }[] = [];
 
   constructor(opts: ApiSourceOptions) {
+    super();
     if (!opts.nodeName) throw new Error('ApiSource needs the node name (set NODE_NAME from spec.nodeName)');
     this.kc = opts.kubeConfig;
     this.api = this.kc.makeApiClient(CoreV1Api);
@@ -116,29 +115,6 @@ export class ApiSource implements PodSource {
       watching: this.watching,
       ...(this.lastError ? { lastError: this.lastError } : {}),
     };
-  }
-
-  get(namespace: string, name: string): V1Pod | undefined {
-    return this.cache.get(namespace, name);
-  }
-
-  list(): V1Pod[] {
-    return this.cache.list();
-  }
-
-  waitFor(namespace: string, name: string, timeoutMs: number): Promise<V1Pod | undefined> {
-    if (this.stopped) return Promise.resolve(this.get(namespace, name));
-    return this.cache.waitFor(namespace, name, timeoutMs);
-  }
-
-  on(_event: 'change', listener: PodChangeListener): this {
-    this.cache.on(listener);
-    return this;
-  }
-
-  off(_event: 'change', listener: PodChangeListener): this {
-    this.cache.off(listener);
-    return this;
   }
 
   async stop(): Promise<void> {

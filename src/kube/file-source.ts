@@ -7,7 +7,7 @@ import { readFile, stat } from 'node:fs/promises';
 import { basename, dirname, resolve } from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
-import { PodCache } from './pod-cache.js';
+import { CachedPodSource } from './pod-cache.js';
 import { ManifestError, parsePodManifests } from './pod-manifests.js';
 import type { PodChangeListener, PodSource } from './pod-source.js';
 
@@ -28,18 +28,16 @@ export interface FileSourceError {
   column?: number;
 }
 
-export class FileSource implements PodSource {
+export class FileSource extends CachedPodSource implements PodSource {
   readonly path: string;
   private readonly log: Logger;
   private readonly debounceMs: number;
   private readonly pollIntervalMs: number;
   private readonly useWatch: boolean;
-  private readonly cache = new PodCache();
   private watcher: FSWatcher | undefined;
   private debounceTimer: NodeJS.Timeout | undefined;
   private pollTimer: NodeJS.Timeout | undefined;
   private isSynced = false;
-  private stopped = false;
   private lastText: string | undefined;
   private lastFingerprint = '';
   private error: FileSourceError | undefined;
@@ -47,6 +45,7 @@ export class FileSource implements PodSource {
   private reloadAgain = false;
 
   constructor(opts: FileSourceOptions) {
+    super();
     this.path = resolve(opts.path);
     this.log = (opts.logger ?? pino({ name: 'meshcap' })).child({ component: 'pod-file', file: this.path });
     this.debounceMs = opts.debounceMs ?? 100;
@@ -77,29 +76,6 @@ export class FileSource implements PodSource {
   /** The current problem with the file (the last good state is still served), if any. */
   lastError(): FileSourceError | undefined {
     return this.error;
-  }
-
-  get(namespace: string, name: string): V1Pod | undefined {
-    return this.cache.get(namespace, name);
-  }
-
-  list(): V1Pod[] {
-    return this.cache.list();
-  }
-
-  waitFor(namespace: string, name: string, timeoutMs: number): Promise<V1Pod | undefined> {
-    if (this.stopped) return Promise.resolve(this.get(namespace, name));
-    return this.cache.waitFor(namespace, name, timeoutMs);
-  }
-
-  on(_event: 'change', listener: PodChangeListener): this {
-    this.cache.on(listener);
-    return this;
-  }
-
-  off(_event: 'change', listener: PodChangeListener): this {
-    this.cache.off(listener);
-    return this;
   }
 
   async stop(): Promise<void> {

@@ -135,3 +135,35 @@ function samePod(a: V1Pod, b: V1Pod): boolean {
   if (ra && rb) return ra === rb;
   return isDeepStrictEqual(a, b);
 }
+
+/**
+ * The read side every pod source shares: lookups, waits and change events are
+ * served from one PodCache; subclasses fill it and set `stopped`.
+ */
+export abstract class CachedPodSource {
+  protected readonly cache = new PodCache();
+  protected stopped = false;
+
+  get(namespace: string, name: string): V1Pod | undefined {
+    return this.cache.get(namespace, name);
+  }
+
+  list(): V1Pod[] {
+    return this.cache.list();
+  }
+
+  waitFor(namespace: string, name: string, timeoutMs: number): Promise<V1Pod | undefined> {
+    if (this.stopped) return Promise.resolve(this.get(namespace, name));
+    return this.cache.waitFor(namespace, name, timeoutMs);
+  }
+
+  on(_event: 'change', listener: PodChangeListener): this {
+    this.cache.on(listener);
+    return this;
+  }
+
+  off(_event: 'change', listener: PodChangeListener): this {
+    this.cache.off(listener);
+    return this;
+  }
+}
