@@ -4,6 +4,9 @@
 // destination and forwards to the app from 127.0.0.6 / ::6, as Envoy's inbound
 // passthrough does.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { EbpfPods } from '../../../src/maps/ebpf-pods.js';
 import { Lab, type NsAgent } from '../../helpers/lab.js';
 import { istioCapture } from '../../helpers/pods.js';
@@ -94,6 +97,42 @@ const inboundAccepts = () => proxy.accepts().filter((a) => a.listener === 'inbou
     expect(r.bad).toEqual([]);
     expect(r.ok).toBe(1000);
     expect(inboundAccepts().length - n).toBe(1000);
+  });
+
+  it('works with an unmodified third-party proxy inbound (HAProxy, original destination, source 127.0.0.6)', async () => {
+    const hpod = await lab.netns('hpod');
+    const hcl = await lab.netns('hcli');
+    await lab.link(hpod.name, hcl.name, { a4: ['198.18.5.1/24'], b4: ['198.18.5.2/24'] });
+    const app = await lab.agent(hpod.name);
+    await app.listen('0.0.0.0', 8080);
+    const cli = await lab.agent(hcl.name);
+    await dp.register(hpod.path, istioCapture({ ips: ['198.18.5.1'], ipv6: false }), ['198.18.5.1']);
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'meshcap-haproxy-in-'));
+    chmodSync(dir, 0o755); // haproxy runs as the proxy uid
+    try {
+      const cfg = path.join(dir, 'haproxy.cfg');
+      writeFileSync(cfg, [
+        'global', '  maxconn 256', 'defaults', '  mode tcp', '  timeout connect 5s', '  timeout client 30s', '  timeout server 30s',
+        // 0.0.0.0:0 = the connection's original destination; Envoy-style passthrough source
+        'listen inbound', '  bind 0.0.0.0:15006', '  server original 0.0.0.0:0 source 127.0.0.6', '',
+      ].join('\n'));
+      const h = lab.spawn(hpod.name, ['haproxy', '-db', '-f', cfg], { uid: 1337 });
+      let r: { data: string } | undefined;
+      for (let i = 0; i < 50 && !r; i++) {
+        r = await cli.connect('198.18.5.1', 8080, 'haproxy-in').catch(async () => {
+          await new Promise((res) => setTimeout(res, 100));
+          return undefined;
+        });
+      }
+      // the app answered (its own address) through haproxy: the client never reaches 8080 directly while captured
+      expect(r?.data, h.stderr()).toBe('198.18.5.1:8080|haproxy-in');
+      if (dp.ebpf) expect(dp.ebpf.stats(await EbpfPods.netnsCookie(hpod.path))!.inbound).toBeGreaterThan(0n);
+      h.proc.kill('SIGKILL');
+      // and with the proxy gone, a captured port is refused rather than bypassing it
+      await expect(cli.connect('198.18.5.1', 8080, 'no-proxy')).rejects.toThrow(/ECONNREFUSED|ECONNRESET/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('goes straight to the app once the pod is unregistered, leaving nothing behind', async () => {
