@@ -145,6 +145,7 @@ interface Binding {
   probeAttach(progType: number, expectedAttachType: number, targetPath: string): ProbeAttachResult;
   netnsCookie(netnsPath: string): Promise<bigint>;
   getOriginalDst(fd: number, level: 'ipv4' | 'ipv6'): OriginalDst;
+  setTransparent(fd: number, level: 'ipv4' | 'ipv6'): void;
   libbpfVersion(): string;
   takeLibbpfLog(): string;
   consts: Consts;
@@ -263,6 +264,11 @@ export function netnsCookie(netnsPath: string): Promise<bigint> {
 }
 export function getOriginalDst(fd: number, level: 'ipv4' | 'ipv6'): OriginalDst {
   return native.getOriginalDst(fd, level);
+}
+
+/** IP_TRANSPARENT / IPV6_TRANSPARENT on a listener (TPROXY delivers only to transparent sockets). */
+export function setTransparent(fd: number, level: 'ipv4' | 'ipv6'): void {
+  native.setTransparent(fd, level);
 }
 export function libbpfVersion(): string {
   return native.libbpfVersion();

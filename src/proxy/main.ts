@@ -11,8 +11,9 @@ export function registerProxyCommand(program: Command): void {
     .option('--dns <port>', 'answer UDP datagrams on this port (DNS stand-in)')
     .option('--echo', 'echo bytes back instead of forwarding')
     .option('--no-ipv6', 'IPv4 listeners only')
+    .option('--transparent', 'IP_TRANSPARENT on the inbound listeners (iptables TPROXY mode, as Envoy does)')
     .option('--quiet', 'no per-connection lines')
-    .action(async (o: { outbound: string; inbound: string; dns?: string; echo?: boolean; ipv6: boolean; quiet?: boolean }) => {
+    .action(async (o: { outbound: string; inbound: string; dns?: string; echo?: boolean; ipv6: boolean; quiet?: boolean; transparent?: boolean }) => {
       const p = startReferenceProxy({
         outboundPort: Number(o.outbound),
         inboundPort: Number(o.inbound),
@@ -20,6 +21,7 @@ export function registerProxyCommand(program: Command): void {
         echo: o.echo ?? false,
         ipv6: o.ipv6,
         quiet: o.quiet ?? false,
+        transparent: o.transparent ?? false,
       });
       await p.ready;
       process.stdout.write(JSON.stringify({ event: 'ready', pid: process.pid, uid: process.getuid?.() }) + '\n');

@@ -9,7 +9,7 @@
 //   {"event":"accept","listener":"outbound","orig":"198.18.0.2:80","peer":"127.0.0.1:40000"}
 import net from 'node:net';
 import dgram from 'node:dgram';
-import { getOriginalDst } from '../native/addon.js';
+import { getOriginalDst, setTransparent } from '../native/addon.js';
 
 export interface ProxyOptions {
   outboundPort: number;
@@ -23,6 +23,8 @@ export interface ProxyOptions {
   inboundSource6?: string;
   quiet?: boolean;
   ipv6?: boolean;
+  /** IP_TRANSPARENT on the inbound listeners, as Envoy in TPROXY mode (iptables TPROXY needs it) */
+  transparent?: boolean;
 }
 
 type Listener = 'outbound' | 'inbound';
@@ -90,7 +92,14 @@ export function startReferenceProxy(o: ProxyOptions): { stats: ProxyStats; ready
           const s = net.createServer({ noDelay: true, allowHalfOpen: true }, onConn(listener, family));
           servers.push(s);
           s.once('error', reject);
-          s.listen({ host: family === 4 ? '0.0.0.0' : '::', port, ipv6Only: family === 6, backlog: 4096 }, resolve);
+          s.listen({ host: family === 4 ? '0.0.0.0' : '::', port, ipv6Only: family === 6, backlog: 4096 }, () => {
+            if (o.transparent && listener === 'inbound') {
+              const fd = (s as unknown as { _handle?: { fd?: number } })._handle?.fd;
+              if (fd === undefined) return reject(new Error('no fd on the inbound listener'));
+              setTransparent(fd, family === 4 ? 'ipv4' : 'ipv6');
+            }
+            resolve();
+          });
         }),
     );
   };

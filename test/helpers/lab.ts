@@ -25,10 +25,13 @@ process.once('exit', () => {
 export interface RunOpts {
   uid?: number;
   gid?: number;
+  /** ambient capabilities kept across the uid change, e.g. ['net_admin'] */
+  caps?: string[];
 }
 
 function wrap(ns: string, cmd: string[], o: RunOpts = {}): string[] {
-  const priv = o.uid !== undefined ? ['setpriv', `--reuid=${o.uid}`, `--regid=${o.gid ?? o.uid}`, '--clear-groups'] : [];
+  const caps = o.caps?.length ? [`--inh-caps=${o.caps.map((c) => `+${c}`).join(',')}`, `--ambient-caps=${o.caps.map((c) => `+${c}`).join(',')}`] : [];
+  const priv = o.uid !== undefined ? ['setpriv', `--reuid=${o.uid}`, `--regid=${o.gid ?? o.uid}`, '--clear-groups', ...caps] : [];
   return ['netns', 'exec', ns, ...priv, ...cmd];
 }
 
@@ -134,8 +137,8 @@ export class Lab {
   }
 
   /** The reference proxy inside a pod netns, as the proxy uid (default 1337). */
-  async proxy(ns: string, args: string[] = [], uid = 1337) {
-    const s = this.spawn(ns, [process.execPath, `${projectRoot}/bin/meshcap`, 'proxy', ...args], { uid, until: /"event":"ready"/ });
+  async proxy(ns: string, args: string[] = [], uid = 1337, caps: string[] = []) {
+    const s = this.spawn(ns, [process.execPath, `${projectRoot}/bin/meshcap`, 'proxy', ...args], { uid, caps, until: /"event":"ready"/ });
     await s.ready;
     return {
       ...s,

@@ -65,10 +65,28 @@ Napi::Value GetOriginalDst(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// setTransparent(fd, 'ipv4' | 'ipv6'): IP_TRANSPARENT / IPV6_TRANSPARENT on a
+// listening socket, as Envoy sets on its inbound listener in TPROXY mode: the
+// TPROXY target only delivers to transparent sockets.
+Napi::Value SetTransparent(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "setTransparent", "fd");
+  std::string level = ArgString(info, 1, "setTransparent", "level");
+  if (level != "ipv4" && level != "ipv6")
+    ThrowType(env, "setTransparent: level must be 'ipv4' or 'ipv6', got '" + level + "'");
+  bool v6 = level == "ipv6";
+  int one = 1;
+  if (setsockopt(fd, v6 ? SOL_IPV6 : SOL_IP, v6 ? IPV6_TRANSPARENT : IP_TRANSPARENT, &one, sizeof(one)) < 0)
+    ThrowNativeError(env, errno, v6 ? "setsockopt(SOL_IPV6, IPV6_TRANSPARENT)" : "setsockopt(SOL_IP, IP_TRANSPARENT)",
+                     "fd " + std::to_string(fd));
+  return env.Undefined();
+}
+
 }  // namespace
 
 void InitOrigDst(Napi::Env env, Napi::Object exports) {
   exports.Set("getOriginalDst", Napi::Function::New(env, GetOriginalDst, "getOriginalDst"));
+  exports.Set("setTransparent", Napi::Function::New(env, SetTransparent, "setTransparent"));
 }
 
 }  // namespace meshcap

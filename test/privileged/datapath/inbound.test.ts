@@ -31,7 +31,9 @@ beforeAll(async () => {
   // CNI ADD runs before any container starts, so the pod is registered before
   // the proxy listens; sockops registers the inbound listener at listen().
   await dp.register(pod.path, istioCapture({ ips: IPS, annotations: { 'traffic.sidecar.istio.io/excludeInboundPorts': '9090' } }), IPS);
-  proxy = await lab.proxy(pod.name);
+  // Envoy marks its inbound listener IP_TRANSPARENT in TPROXY mode (Istio grants
+  // istio-proxy NET_ADMIN for it); iptables TPROXY needs that, eBPF does not
+  proxy = mode === 'iptables' ? await lab.proxy(pod.name, ['--transparent'], 1337, ['net_admin']) : await lab.proxy(pod.name);
 }, 120_000);
 
 afterAll(async () => {
@@ -79,9 +81,7 @@ const inboundAccepts = () => proxy.accepts().filter((a) => a.listener === 'inbou
     expect(inboundAccepts().slice(n).map((x) => x.orig)).toEqual(['198.18.4.1:8080']);
   });
 
-  // iptables TPROXY needs an IP_TRANSPARENT listener, which the reference proxy
-  // (Node) cannot open; eBPF gives TPROXY semantics without one.
-  if (mode === 'ebpf') it('gives TPROXY mode the original destination as the accepted socket\'s own address', async () => {
+  it('gives TPROXY mode the original destination as the accepted socket\'s own address', async () => {
     const cfg = istioCapture({ ips: IPS, annotations: { 'sidecar.istio.io/interceptionMode': 'TPROXY' } });
     await dp.register(pod.path, cfg, IPS);
     const n = inboundAccepts().length;
