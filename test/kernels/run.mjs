@@ -10,7 +10,7 @@
 //                             [--accel auto|tcg|kvm] [--timeout SEC] [--refresh] [--verbose]
 import { execa } from 'execa';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -105,7 +105,12 @@ function judgeVitest(s, label, problems, details) {
     problems.push(`${label}: ${s.rc === null ? 'did not finish' : s.rc === 124 ? 'timed out' : `exit ${s.rc}`} (${counts})`);
     const v = verifierLines(s.output);
     if (v.length) details.push(`${label}: verifier rejected a program:`, ...v.map((l) => `    ${l}`));
-    else details.push(`${label}:`, ...failureLines(s.output).map((l) => `    ${l}`));
+    const failed = s.output.filter((l) => /^\s*FAIL\s/.test(l)).map((l) => l.trim());
+    if (failed.length) {
+      details.push(`${label}: failed tests:`, ...[...new Set(failed)].slice(0, 20).map((l) => `    ${l}`));
+    } else if (!v.length) {
+      details.push(`${label}:`, ...failureLines(s.output).map((l) => `    ${l}`));
+    }
   }
   return counts;
 }
@@ -123,8 +128,8 @@ async function runKernel(spec, accel) {
   const logDir = path.join(cacheRoot, 'logs');
   mkdirSync(logDir, { recursive: true });
   const consoleLog = path.join(logDir, `${spec.id}.console.log`);
-  /** @type {string[]} */
-  const transcript = [];
+  // Written as it arrives, so a long run can be followed with tail -f.
+  const transcript = openSync(consoleLog, 'w');
   const reader = new ConsoleReader(nonce);
   let boot;
   try {
@@ -133,11 +138,11 @@ async function runKernel(spec, accel) {
       env: { NONCE: nonce, RELEASE: kernel.release, MODULES_DIR: kernel.modulesDir, KERNEL_DIR: kernel.dir, PRELOAD_MODULES: PRELOAD },
       runScript: renderRunScript({ nonce, repo, steps }),
     });
-    log.info({ kernel: spec.id, release: kernel.release, accel, steps: steps.map((s) => s.name) }, 'booting');
+    log.info({ kernel: spec.id, release: kernel.release, accel, steps: steps.map((s) => s.name), console: consoleLog }, 'booting');
     boot = await bootVm({
       vmlinuz: kernel.vmlinuz, initrd, accel, timeoutSec: vmTimeoutSec,
       onLine: (l) => {
-        transcript.push(l);
+        writeSync(transcript, l + '\n');
         reader.push(l);
         if (opt.verbose) process.stderr.write(`[${spec.id}] ${l}\n`);
       },
@@ -145,7 +150,7 @@ async function runKernel(spec, accel) {
     reader.finish();
   } finally {
     rmSync(workDir, { recursive: true, force: true });
-    writeFileSync(consoleLog, transcript.join('\n') + '\n');
+    closeSync(transcript);
   }
 
   /** @type {string[]} */ const problems = [];

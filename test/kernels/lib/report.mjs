@@ -73,10 +73,16 @@ const VERIFIER = [
  */
 export function verifierLines(lines, max = 25) {
   const hits = [];
+  const seen = new Set();
   let inLog = false;
   for (const l of lines) {
     if (/BEGIN PROG LOAD LOG/.test(l)) inLog = true;
-    if (inLog || VERIFIER.some((re) => re.test(l))) hits.push(l.trimEnd());
+    // The same rejection repeats once per test that loads the object: say it once.
+    if (inLog) hits.push(l.trimEnd());
+    else if (VERIFIER.some((re) => re.test(l)) && !seen.has(l.trim())) {
+      seen.add(l.trim());
+      hits.push(l.trimEnd());
+    }
     if (/END PROG LOAD LOG/.test(l)) inLog = false;
   }
   if (hits.length <= max) return hits;

@@ -59,6 +59,10 @@ describe('verifier lines', () => {
     expect(v).toHaveLength(25);
     expect(v.at(-2)).toBe('R1 invalid mem access');
   });
+  it('says a rejection repeated by several tests once', () => {
+    const e = "NativeError: bpf_object__load prog 'mc_sockops' of sockops.bpf.o: Invalid argument (EINVAL): unknown func bpf_get_netns_cookie#122";
+    expect(verifierLines([e, ' FAIL  a', `  ${e}`, e])).toEqual([e]);
+  });
   it('is empty when nothing was rejected', () => {
     expect(verifierLines([' FAIL  x.test.ts > y', 'AssertionError: expected 1 to be 2'])).toEqual([]);
   });
