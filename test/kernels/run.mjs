@@ -8,6 +8,7 @@
 //
 //   node test/kernels/run.mjs [--kernels 5.10,6.1] [--smoke] [--verifier-demo]
 //                             [--accel auto|tcg|kvm] [--timeout SEC] [--refresh] [--verbose]
+//                             [--vitest-args "test/privileged/x.test.ts -t name"]
 import { execa } from 'execa';
 import { randomBytes } from 'node:crypto';
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, rmSync, writeSync } from 'node:fs';
@@ -42,6 +43,8 @@ const { values: opt } = parseArgs({
     timeout: { type: 'string', default: '2400' },
     refresh: { type: 'boolean', default: false },
     verbose: { type: 'boolean', default: false },
+    // Extra vitest arguments (shell words), e.g. a file and -t 'name', to chase one failure on one kernel.
+    'vitest-args': { type: 'string', default: '' },
   },
 });
 if (!['auto', 'tcg', 'kvm'].includes(String(opt.accel))) throw new Error(`--accel must be auto, tcg or kvm, not '${opt.accel}'`);
@@ -72,7 +75,7 @@ function stepsFor(spec, kernel) {
     name: 'probe', timeoutSec: 300,
     command: 'test -e bin/meshcap || { echo "bin/meshcap is missing: build the project (npm run build)"; exit 2; }; node bin/meshcap probe --json',
   });
-  const vitest = 'npx --no-install vitest run --project privileged';
+  const vitest = `npx --no-install vitest run --project privileged ${opt['vitest-args']}`.trim();
   steps.push({ name: 'privileged', command: vitest, timeoutSec: vmTimeoutSec });
   if (spec.forceIptables) {
     steps.push({ name: 'privileged-iptables', command: vitest, env: { MESHCAP_MODE: 'iptables' }, timeoutSec: vmTimeoutSec });
