@@ -108,9 +108,15 @@ function judgeVitest(s, label, problems, details) {
     problems.push(`${label}: ${s.rc === null ? 'did not finish' : s.rc === 124 ? 'timed out' : `exit ${s.rc}`} (${counts})`);
     const v = verifierLines(s.output);
     if (v.length) details.push(`${label}: verifier rejected a program:`, ...v.map((l) => `    ${l}`));
-    const failed = s.output.filter((l) => /^\s*FAIL\s/.test(l)).map((l) => l.trim());
+    // Each vitest failure header with the error line that follows it.
+    const failed = [];
+    s.output.forEach((l, i) => {
+      if (!/^\s*FAIL\s/.test(l)) return;
+      const why = s.output.slice(i + 1, i + 4).find((x) => x.trim());
+      failed.push(l.trim(), ...(why ? [`  ${why.trim()}`] : []));
+    });
     if (failed.length) {
-      details.push(`${label}: failed tests:`, ...[...new Set(failed)].slice(0, 20).map((l) => `    ${l}`));
+      details.push(`${label}: failed tests:`, ...failed.slice(0, 40).map((l) => `    ${l}`));
     } else if (!v.length) {
       details.push(`${label}:`, ...failureLines(s.output).map((l) => `    ${l}`));
     }
