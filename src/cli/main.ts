@@ -4,6 +4,8 @@ import { registerProbeCommand } from './probe-command.js';
 import { registerDatapathCommands } from './datapath-commands.js';
 import { registerProxyCommand } from '../proxy/main.js';
 import { registerIptablesCommand } from '../fallback-iptables/cli.js';
+import { registerAgentCommand } from './agent-command.js';
+import { registerStatusCommand } from './status-command.js';
 
 const program = new Command('meshcap')
   .description('eBPF-first service-mesh traffic redirection (CNI plugin + node agent), iptables fallback identical to istio-iptables')
@@ -13,6 +15,8 @@ registerProbeCommand(program);
 registerDatapathCommands(program);
 registerProxyCommand(program);
 registerIptablesCommand(program);
+registerAgentCommand(program);
+registerStatusCommand(program);
 
 try {
   await program.parseAsync(process.argv);

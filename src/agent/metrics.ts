@@ -1,0 +1,95 @@
+// Prometheus metrics of the agent (prom-client, its own registry). Counters
+// of redirected connections are read from the pinned eBPF maps at scrape time,
+// so they are the datapath's numbers, not the agent's guess.
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { CniCommand, CniHandlers, CniRequest } from '../cni/types.js';
+import type { EbpfPods } from '../maps/ebpf-pods.js';
+import { cookieOf, type StateStore } from './state-store.js';
+
+export interface AgentMetrics {
+  registry: Registry;
+  /** Wraps handlers so every verb is counted and timed. */
+  instrument<H extends CniHandlers>(h: H): H;
+}
+
+export function createMetrics(store: StateStore, ebpf: EbpfPods | null): AgentMetrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'meshcap_agent_' });
+
+  const requests = new Counter({
+    name: 'meshcap_cni_requests_total',
+    help: 'CNI requests handled, by verb and result (ok or the CNI error code)',
+    labelNames: ['verb', 'result'] as const,
+    registers: [registry],
+  });
+  const latency = new Histogram({
+    name: 'meshcap_cni_request_duration_seconds',
+    help: 'Time the agent took to handle a CNI request (pod wait, decision, datapath write), by verb',
+    labelNames: ['verb'] as const,
+    buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [registry],
+  });
+  new Gauge({
+    name: 'meshcap_pods',
+    help: 'Meshed pod attachments with a redirect in place, by datapath mode',
+    labelNames: ['mode'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.set({ mode: 'ebpf' }, 0);
+      this.set({ mode: 'iptables' }, 0);
+      for (const r of store.list()) this.inc({ mode: r.mode });
+    },
+  });
+  new Counter({
+    name: 'meshcap_pod_redirected_connections_total',
+    help: 'Connections the eBPF datapath redirected for a pod, by direction (read from the pinned mc_stats map)',
+    labelNames: ['namespace', 'pod', 'direction'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      if (!ebpf) return;
+      for (const r of store.list()) {
+        const cookie = cookieOf(r);
+        if (r.mode !== 'ebpf' || cookie === null) continue;
+        const s = ebpf.stats(cookie);
+        if (!s) continue;
+        const base = { namespace: r.podNamespace, pod: r.podName };
+        this.inc({ ...base, direction: 'outbound' }, Number(s.outbound));
+        this.inc({ ...base, direction: 'inbound' }, Number(s.inbound));
+        this.inc({ ...base, direction: 'own_pod' }, Number(s.own_pod));
+        this.inc({ ...base, direction: 'dns' }, Number(s.dns));
+      }
+    },
+  });
+
+  function timed(verb: CniCommand, fn: (...a: never[]) => Promise<void>) {
+    return async (...args: never[]) => {
+      const end = latency.startTimer({ verb });
+      try {
+        await fn(...args);
+        requests.inc({ verb, result: 'ok' });
+      } catch (err) {
+        const code = (err as { code?: unknown }).code;
+        requests.inc({ verb, result: typeof code === 'number' ? `error_${code}` : 'error' });
+        throw err;
+      } finally {
+        end();
+      }
+    };
+  }
+
+  return {
+    registry,
+    instrument<H extends CniHandlers>(h: H): H {
+      return {
+        ...h,
+        add: timed('ADD', h.add as (req: CniRequest) => Promise<void>),
+        del: timed('DEL', h.del as (req: CniRequest) => Promise<void>),
+        check: timed('CHECK', h.check as (req: CniRequest) => Promise<void>),
+        status: timed('STATUS', h.status as (req: CniRequest) => Promise<void>),
+        gc: timed('GC', h.gc as never),
+      };
+    },
+  };
+}

@@ -1,0 +1,153 @@
+// One record per CNI attachment (container id + ifname) in the agent's state
+// directory: what ADD set up, so DEL, CHECK, GC and `meshcap status` can act on
+// it after the netns is gone or the agent restarted. Each record is its own
+// JSON file written atomically (tmp + fsync + rename): a crash leaves either
+// the old record or the new one, never half of one.
+import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { open, rename, rm } from 'node:fs/promises';
+import path from 'node:path';
+import type { MeshProfile } from '../kube/meshed.js';
+import type { Mode } from '../loader/mode.js';
+import { buildCaptureConfig, type CaptureConfig, type CaptureSettings } from '../redirect/config.js';
+
+export const STATE_VERSION = 1;
+export const DEFAULT_STATE_DIR = '/var/run/meshcap/state';
+
+export interface AttachmentRecord {
+  version: typeof STATE_VERSION;
+  containerId: string;
+  ifname: string;
+  podNamespace: string;
+  podName: string;
+  podUid?: string;
+  /** CNI_NETNS at ADD. */
+  netns: string;
+  /** The netns cookie (decimal), the pod's identity in eBPF mode; null if the kernel cannot tell it. */
+  netnsCookie: string | null;
+  mode: Mode;
+  /** Why this pod is not in the node's mode, if it is not. */
+  modeReason?: string;
+  profile: MeshProfile;
+  /** The capture settings as applied (CaptureConfig without its derived `parsed`). */
+  settings: CaptureSettings;
+  podIPs: string[];
+  createdAt: string;
+}
+
+export class StateError extends Error {
+  constructor(readonly file: string, detail: string) {
+    super(`state record ${file}: ${detail}`);
+    this.name = 'StateError';
+  }
+}
+
+export function attachmentKey(containerId: string, ifname: string): string {
+  // Both are validated by the CNI layer ([A-Za-z0-9_.-] and no '/'), so the
+  // key is a safe file name; '@' cannot occur in a container id.
+  return `${containerId}@${ifname}`;
+}
+
+export function settingsOf(config: CaptureConfig): CaptureSettings {
+  const { parsed: _parsed, ...settings } = config;
+  return settings;
+}
+
+export function configOf(rec: AttachmentRecord): CaptureConfig {
+  return buildCaptureConfig(rec.settings);
+}
+
+export function cookieOf(rec: AttachmentRecord): bigint | null {
+  return rec.netnsCookie === null ? null : BigInt(rec.netnsCookie);
+}
+
+function validRecord(v: unknown): v is AttachmentRecord {
+  const r = v as Partial<AttachmentRecord> | null;
+  return (
+    typeof r === 'object' && r !== null && r.version === STATE_VERSION &&
+    typeof r.containerId === 'string' && typeof r.ifname === 'string' &&
+    typeof r.podNamespace === 'string' && typeof r.podName === 'string' &&
+    typeof r.netns === 'string' && (r.netnsCookie === null || typeof r.netnsCookie === 'string') &&
+    (r.mode === 'ebpf' || r.mode === 'iptables') && typeof r.settings === 'object' && r.settings !== null &&
+    Array.isArray(r.podIPs)
+  );
+}
+
+/** Reads every record in `dir` (no directory: none). Unreadable files are reported, not fatal. */
+export function readRecords(dir: string): { records: AttachmentRecord[]; problems: string[] } {
+  const records: AttachmentRecord[] = [];
+  const problems: string[] = [];
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { records, problems };
+    throw err;
+  }
+  for (const name of names.sort()) {
+    if (!name.endsWith('.json')) continue;
+    const file = path.join(dir, name);
+    try {
+      const v: unknown = JSON.parse(readFileSync(file, 'utf8'));
+      if (!validRecord(v)) throw new Error(`not a version ${STATE_VERSION} attachment record`);
+      records.push(v);
+    } catch (err) {
+      problems.push(new StateError(file, (err as Error).message).message);
+    }
+  }
+  return { records, problems };
+}
+
+/** The state directory plus an in-memory index of it (the agent is its only writer). */
+export class StateStore {
+  private readonly index = new Map<string, AttachmentRecord>();
+  private tmpSeq = 0;
+
+  constructor(readonly dir: string) {}
+
+  /** Creates the directory and loads what a previous agent left. Returns unreadable files. */
+  open(): string[] {
+    mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    const { records, problems } = readRecords(this.dir);
+    for (const r of records) this.index.set(attachmentKey(r.containerId, r.ifname), r);
+    return problems;
+  }
+
+  get(containerId: string, ifname: string): AttachmentRecord | undefined {
+    return this.index.get(attachmentKey(containerId, ifname));
+  }
+
+  list(): AttachmentRecord[] {
+    return [...this.index.values()];
+  }
+
+  fileOf(containerId: string, ifname: string): string {
+    return path.join(this.dir, `${attachmentKey(containerId, ifname)}.json`);
+  }
+
+  async put(rec: AttachmentRecord): Promise<void> {
+    const file = this.fileOf(rec.containerId, rec.ifname);
+    const tmp = `${file}.${process.pid}.${this.tmpSeq++}.tmp`;
+    const fh = await open(tmp, 'w', 0o600);
+    try {
+      await fh.writeFile(JSON.stringify(rec, null, 1) + '\n');
+      await fh.sync();
+    } catch (err) {
+      await fh.close();
+      await rm(tmp, { force: true });
+      throw err;
+    }
+    await fh.close();
+    try {
+      await rename(tmp, file);
+    } catch (err) {
+      await rm(tmp, { force: true });
+      throw err;
+    }
+    this.index.set(attachmentKey(rec.containerId, rec.ifname), rec);
+  }
+
+  async remove(containerId: string, ifname: string): Promise<void> {
+    await rm(this.fileOf(containerId, ifname), { force: true });
+    this.index.delete(attachmentKey(containerId, ifname));
+  }
+}

@@ -1,0 +1,182 @@
+// `meshcap status`: every pod in the datapath, from the agent's state records
+// and the live datapath (pinned eBPF maps, iptables counters in the pod netns).
+// Needs no running agent.
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { execa } from 'execa';
+import { binaryName, detectVariant } from '../fallback-iptables/apply.js';
+import { pinLayout } from '../loader/manifest.js';
+import { MAP } from '../maps/layout.js';
+import { EbpfPods } from '../maps/ebpf-pods.js';
+import { configOf, cookieOf, readRecords, type AttachmentRecord } from './state-store.js';
+
+export interface PodStatus {
+  namespace: string | null;
+  name: string | null;
+  containerId: string | null;
+  netns: string | null;
+  netnsCookie: string | null;
+  mode: 'ebpf' | 'iptables';
+  modeReason?: string;
+  profile: string | null;
+  podIPs: string[];
+  capture: {
+    outboundPort: string;
+    inboundPort: string;
+    inboundPorts: string;
+    excludeInboundPorts: string;
+    outboundPorts: string;
+    excludeOutboundPorts: string;
+    outboundIPRanges: string;
+    excludeOutboundIPRanges: string;
+    proxyUID: string;
+  } | null;
+  /** Connections redirected, from the datapath; null when it cannot tell. */
+  connections: { outbound: number; inbound: number; ownPod?: number; dns?: number } | null;
+  /** present: the datapath has the pod; missing: recorded but not in the datapath; orphan: in the maps without a record. */
+  state: 'present' | 'missing' | 'netns-gone' | 'orphan' | 'unknown';
+}
+
+export interface StatusReport {
+  stateDir: string;
+  pinRoot: string;
+  ebpfLoaded: boolean;
+  pods: PodStatus[];
+  problems: string[];
+}
+
+function captureOf(rec: AttachmentRecord): PodStatus['capture'] {
+  const s = rec.settings;
+  return {
+    outboundPort: s.proxyPort,
+    inboundPort: s.inboundCapturePort,
+    inboundPorts: s.inboundPortsInclude,
+    excludeInboundPorts: s.inboundPortsExclude,
+    outboundPorts: s.outboundPortsInclude,
+    excludeOutboundPorts: s.outboundPortsExclude,
+    outboundIPRanges: s.outboundIPRangesInclude,
+    excludeOutboundIPRanges: s.outboundIPRangesExclude,
+    proxyUID: s.proxyUID.join(','),
+  };
+}
+
+/**
+ * Connections iptables redirected in a pod netns: the nat table sees the first
+ * packet of each connection only, so the packet counters of the REDIRECT/TPROXY
+ * chains' rules are connection counts.
+ */
+export async function iptablesConnections(netns: string): Promise<{ outbound: number; inbound: number } | null> {
+  try {
+    const variant = await detectVariant(netns, 4);
+    const r = await execa('nsenter', [`--net=${netns}`, binaryName(variant, 4, '-save'), '-c', '-t', 'nat']);
+    let outbound = 0;
+    let inbound = 0;
+    for (const line of r.stdout.split('\n')) {
+      const m = /^\[(\d+):\d+\] -A (ISTIO_REDIRECT|ISTIO_IN_REDIRECT) /.exec(line);
+      if (!m) continue;
+      if (m[2] === 'ISTIO_REDIRECT') outbound += Number(m[1]);
+      else inbound += Number(m[1]);
+    }
+    return { outbound, inbound };
+  } catch {
+    return null;
+  }
+}
+
+export async function collectStatus(opts: { stateDir: string; pinRoot: string }): Promise<StatusReport> {
+  const { records, problems } = readRecords(opts.stateDir);
+  const ebpfLoaded = existsSync(path.join(pinLayout(opts.pinRoot).maps, MAP.pods));
+  let ebpf: EbpfPods | null = null;
+  if (ebpfLoaded) {
+    try {
+      ebpf = new EbpfPods(opts.pinRoot);
+    } catch (err) {
+      problems.push((err as Error).message);
+    }
+  }
+  try {
+    const inMaps = new Set(ebpf?.pods() ?? []);
+    const pods: PodStatus[] = [];
+    for (const rec of records) {
+      const cookie = cookieOf(rec);
+      const row: PodStatus = {
+        namespace: rec.podNamespace,
+        name: rec.podName,
+        containerId: rec.containerId,
+        netns: rec.netns,
+        netnsCookie: rec.netnsCookie,
+        mode: rec.mode,
+        ...(rec.modeReason ? { modeReason: rec.modeReason } : {}),
+        profile: rec.profile,
+        podIPs: rec.podIPs,
+        capture: captureOf(rec),
+        connections: null,
+        state: 'unknown',
+      };
+      if (rec.mode === 'ebpf') {
+        if (!ebpf || cookie === null) row.state = 'missing';
+        else {
+          row.state = inMaps.has(cookie) ? 'present' : 'missing';
+          inMaps.delete(cookie);
+          const s = ebpf.stats(cookie);
+          if (s) row.connections = { outbound: Number(s.outbound), inbound: Number(s.inbound), ownPod: Number(s.own_pod), dns: Number(s.dns) };
+        }
+      } else if (!existsSync(rec.netns)) {
+        row.state = 'netns-gone';
+      } else {
+        row.connections = await iptablesConnections(rec.netns);
+        row.state = row.connections ? 'present' : 'unknown';
+        configOf(rec); // a record whose settings no longer parse is reported below
+      }
+      pods.push(row);
+    }
+    for (const cookie of inMaps) {
+      const s = ebpf!.stats(cookie);
+      pods.push({
+        namespace: null, name: null, containerId: null, netns: null, netnsCookie: cookie.toString(),
+        mode: 'ebpf', profile: null, podIPs: [], capture: null,
+        connections: s ? { outbound: Number(s.outbound), inbound: Number(s.inbound), ownPod: Number(s.own_pod), dns: Number(s.dns) } : null,
+        state: 'orphan',
+      });
+    }
+    return { stateDir: opts.stateDir, pinRoot: opts.pinRoot, ebpfLoaded, pods, problems };
+  } finally {
+    ebpf?.close();
+  }
+}
+
+function ports(include: string, exclude: string): string {
+  const inc = include === '*' ? 'all' : include === '' ? 'none' : include;
+  return exclude && include === '*' ? `${inc} except ${exclude}` : inc;
+}
+
+/** The human table. */
+export function formatStatus(r: StatusReport): string {
+  const header = ['POD', 'MODE', 'PROFILE', 'NETNS', 'IPS', 'INBOUND', 'OUTBOUND', 'CONN OUT', 'CONN IN', 'STATE'];
+  const rows = r.pods.map((p) => [
+    p.namespace ? `${p.namespace}/${p.name}` : `(no record) cookie ${p.netnsCookie}`,
+    p.mode,
+    p.profile ?? '-',
+    p.netns ?? '-',
+    p.podIPs.join(',') || '-',
+    p.capture ? `${ports(p.capture.inboundPorts, p.capture.excludeInboundPorts)} -> ${p.capture.inboundPort}` : '-',
+    p.capture
+      ? `ports ${p.capture.outboundPorts ? p.capture.outboundPorts : 'all'}${p.capture.excludeOutboundPorts ? ` except ${p.capture.excludeOutboundPorts}` : ''}; ` +
+        `ips ${p.capture.outboundIPRanges === '*' ? 'all' : p.capture.outboundIPRanges || 'none'}${p.capture.excludeOutboundIPRanges ? ` except ${p.capture.excludeOutboundIPRanges}` : ''} -> ${p.capture.outboundPort}`
+      : '-',
+    p.connections ? String(p.connections.outbound) : '-',
+    p.connections ? String(p.connections.inbound) : '-',
+    p.state,
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join('  ');
+  const out = [
+    `state ${r.stateDir}; eBPF datapath ${r.ebpfLoaded ? `loaded at ${r.pinRoot}` : `not loaded (no pins under ${r.pinRoot})`}`,
+    '',
+  ];
+  if (rows.length === 0) out.push('no pods in the datapath');
+  else out.push(line(header), ...rows.map(line));
+  for (const p of r.pods) if (p.modeReason) out.push(`note: ${p.namespace}/${p.name} uses iptables mode: ${p.modeReason}`);
+  for (const p of r.problems) out.push(`problem: ${p}`);
+  return out.join('\n');
+}

@@ -1,0 +1,82 @@
+// `meshcap agent`: the node daemon (CNI socket, pod source, datapath writes,
+// health and metrics). Stops cleanly on SIGTERM/SIGINT, leaving the datapath
+// in place for the next agent to adopt.
+import os from 'node:os';
+import { Option, type Command } from 'commander';
+import { pino, type Logger } from 'pino';
+import { startAgent } from '../agent/agent.js';
+import { DEFAULT_STATE_DIR } from '../agent/state-store.js';
+import { ApiSource, loadKubeConfig } from '../kube/api-source.js';
+import { FileSource } from '../kube/file-source.js';
+import { DEFAULT_EXCLUDE_NAMESPACES } from '../kube/meshed.js';
+import type { PodSource } from '../kube/pod-source.js';
+import type { ModeRequest } from '../loader/mode.js';
+import { modeOption, pinRootOption } from './datapath-commands.js';
+
+interface AgentFlags {
+  standalone?: boolean;
+  pods?: string;
+  kubeconfig?: string;
+  nodeName?: string;
+  socket: string;
+  pinRoot: string;
+  mode: ModeRequest;
+  metricsAddr?: string;
+  stateDir: string;
+  excludeNamespaces: string;
+  podWaitMs: string;
+  logLevel: string;
+}
+
+function podSource(o: AgentFlags, logger: Logger): PodSource {
+  if (o.standalone) {
+    if (!o.pods) throw new Error('--standalone needs --pods FILE (the pods this node runs)');
+    return new FileSource({ path: o.pods, logger });
+  }
+  if (o.pods) throw new Error('--pods is for --standalone; without it the agent watches the Kubernetes API');
+  const nodeName = o.nodeName ?? process.env.NODE_NAME ?? os.hostname();
+  return new ApiSource({ kubeConfig: loadKubeConfig(o.kubeconfig), nodeName, logger });
+}
+
+export function registerAgentCommand(program: Command): void {
+  program
+    .command('agent')
+    .description('run the node agent: serve the meshcap-cni plugin and set up each meshed pod\'s redirect')
+    .option('--standalone', 'no API server: pods come from --pods FILE')
+    .option('--pods <file>', 'Pod manifests (YAML or JSON), followed for changes (with --standalone)')
+    .option('--kubeconfig <file>', 'kubeconfig for the pod watch (default: in-cluster, then $KUBECONFIG / ~/.kube/config)')
+    .option('--node-name <name>', 'this node (default: $NODE_NAME, else the host name)')
+    .addOption(new Option('--socket <path>', 'CNI socket the meshcap-cni plugin connects to').default('/var/run/meshcap/cni.sock'))
+    .addOption(pinRootOption())
+    .addOption(modeOption())
+    .option('--metrics-addr <host:port>', 'serve /healthz, /readyz and /metrics here')
+    .addOption(new Option('--state-dir <dir>', 'where attachment records live').default(DEFAULT_STATE_DIR))
+    .addOption(new Option('--exclude-namespaces <a,b>', 'namespaces never redirected').default(DEFAULT_EXCLUDE_NAMESPACES.join(',')))
+    .addOption(new Option('--pod-wait-ms <ms>', 'how long ADD waits for a pod the source does not know yet').default('5000'))
+    .addOption(new Option('--log-level <level>', 'pino log level').choices(['debug', 'info', 'warn', 'error']).default('info'))
+    .action(async (o: AgentFlags) => {
+      const logger = pino({ name: 'meshcap-agent', level: o.logLevel });
+      const podWaitMs = Number(o.podWaitMs);
+      if (!Number.isInteger(podWaitMs) || podWaitMs < 0 || podWaitMs > 600_000) throw new Error(`--pod-wait-ms ${o.podWaitMs} is not a number of milliseconds (0..600000)`);
+      const agent = await startAgent({
+        socketPath: o.socket,
+        pinRoot: o.pinRoot,
+        mode: o.mode,
+        stateDir: o.stateDir,
+        podSource: podSource(o, logger),
+        excludeNamespaces: o.excludeNamespaces.split(',').map((s) => s.trim()).filter(Boolean),
+        logger,
+        ...(o.metricsAddr ? { metricsAddr: o.metricsAddr } : {}),
+        podWaitMs,
+      });
+      await new Promise<void>((resolve) => {
+        const stop = (signal: string) => {
+          logger.info({ signal }, 'meshcap agent stopping (the datapath stays in place)');
+          resolve();
+        };
+        process.once('SIGTERM', () => stop('SIGTERM'));
+        process.once('SIGINT', () => stop('SIGINT'));
+      });
+      await agent.close();
+    });
+}
