@@ -1,0 +1,76 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { configOf, cookieOf, readRecords, settingsOf, StateStore, STATE_VERSION, type AttachmentRecord } from '../../../src/agent/state-store.js';
+import { istioCapture } from '../../helpers/pods.js';
+
+let dir: string;
+beforeEach(() => {
+  dir = mkdtempSync(path.join(os.tmpdir(), 'meshcap-state-'));
+});
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+function rec(containerId: string, over: Partial<AttachmentRecord> = {}): AttachmentRecord {
+  const cfg = istioCapture({ annotations: { 'traffic.sidecar.istio.io/excludeOutboundPorts': '5555' } });
+  return {
+    version: STATE_VERSION, containerId, ifname: 'eth0', podNamespace: 'default', podName: `p-${containerId}`,
+    netns: `/var/run/netns/${containerId}`, netnsCookie: '4097', mode: 'ebpf', profile: 'istio',
+    settings: settingsOf(cfg), podIPs: ['198.18.0.5'], createdAt: new Date(0).toISOString(), ...over,
+  };
+}
+
+describe('StateStore', () => {
+  it('writes one JSON file per attachment, reloads it, and rebuilds the capture config', async () => {
+    const s = new StateStore(path.join(dir, 'state'));
+    expect(s.open()).toEqual([]);
+    await s.put(rec('c1'));
+    await s.put(rec('c1', { ifname: 'net1' }));
+    await s.put(rec('c2', { netnsCookie: null, mode: 'iptables' }));
+    expect(readdirSync(s.dir).sort()).toEqual(['c1@eth0.json', 'c1@net1.json', 'c2@eth0.json']);
+
+    const again = new StateStore(s.dir);
+    expect(again.open()).toEqual([]);
+    expect(again.list()).toHaveLength(3);
+    const r = again.get('c1', 'eth0')!;
+    expect(cookieOf(r)).toBe(4097n);
+    expect(cookieOf(again.get('c2', 'eth0')!)).toBeNull();
+    expect(configOf(r).parsed.outboundExcludePorts).toContain(5555);
+    expect(configOf(r)).toEqual(istioCapture({ annotations: { 'traffic.sidecar.istio.io/excludeOutboundPorts': '5555' } }));
+  });
+
+  it('replaces a record atomically and leaves no temporary files', async () => {
+    const s = new StateStore(dir);
+    s.open();
+    await s.put(rec('c1'));
+    await Promise.all(Array.from({ length: 20 }, (_, i) => s.put(rec('c1', { podIPs: [`198.18.0.${i}`] }))));
+    expect(readdirSync(dir)).toEqual(['c1@eth0.json']);
+    const onDisk = JSON.parse(readFileSync(s.fileOf('c1', 'eth0'), 'utf8')) as AttachmentRecord;
+    expect(onDisk.podIPs).toEqual(s.get('c1', 'eth0')!.podIPs);
+  });
+
+  it('removes records, also ones that are already gone', async () => {
+    const s = new StateStore(dir);
+    s.open();
+    await s.put(rec('c1'));
+    await s.remove('c1', 'eth0');
+    await s.remove('c1', 'eth0');
+    expect(s.list()).toEqual([]);
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it('reports unreadable files by name and keeps the good ones', async () => {
+    const s = new StateStore(dir);
+    s.open();
+    await s.put(rec('c1'));
+    writeFileSync(path.join(dir, 'broken@eth0.json'), '{"version":1');
+    writeFileSync(path.join(dir, 'old@eth0.json'), '{"version":0}');
+    writeFileSync(path.join(dir, 'notes.txt'), 'ignored');
+    const r = readRecords(dir);
+    expect(r.records.map((x) => x.containerId)).toEqual(['c1']);
+    expect(r.problems).toHaveLength(2);
+    expect(r.problems[0]).toContain('broken@eth0.json');
+    expect(r.problems[1]).toMatch(/old@eth0.json: not a version 1/);
+    expect(readRecords(path.join(dir, 'missing'))).toEqual({ records: [], problems: [] });
+  });
+});
