@@ -1,0 +1,68 @@
+// Drives the agent the way a container runtime does: exec the real
+// build/bin/meshcap-cni with CNI env + stdin, read stdout + exit code.
+import { existsSync } from 'node:fs';
+import { execa } from 'execa';
+import { cniBinary } from '../../../src/paths.js';
+
+export interface CniRun {
+  exitCode: number;
+  stdout: string;
+  json: Record<string, unknown> | undefined;
+  ms: number;
+}
+
+export function requireCniBinary(): void {
+  if (!existsSync(cniBinary)) {
+    throw new Error(`${cniBinary} is missing: build it with \`cmake -S native/cni -B build/cni-only -DMESHCAP_BIN_DIR=$PWD/build/bin && cmake --build build/cni-only\``);
+  }
+}
+
+export interface CniCall {
+  socket: string;
+  containerId?: string;
+  netns?: string;
+  ifname?: string;
+  namespace?: string;
+  pod?: string;
+  /** prevResult address of the pod (CIDR). */
+  podAddress?: string;
+  cniVersion?: string;
+  extra?: Record<string, unknown>;
+}
+
+export function netConf(c: CniCall): string {
+  const conf: Record<string, unknown> = {
+    cniVersion: c.cniVersion ?? '1.1.0',
+    name: 'meshnet',
+    type: 'meshcap-cni',
+    agentSocket: c.socket,
+    agentTimeoutMs: 20_000,
+    ...(c.extra ?? {}),
+  };
+  if (c.podAddress) {
+    conf.prevResult = {
+      cniVersion: c.cniVersion ?? '1.1.0',
+      interfaces: [{ name: 'eth0', sandbox: c.netns ?? '' }],
+      ips: [{ address: c.podAddress, interface: 0 }],
+    };
+  }
+  return JSON.stringify(conf);
+}
+
+export async function cni(command: string, c: CniCall): Promise<CniRun> {
+  const env: Record<string, string> = { CNI_COMMAND: command, CNI_PATH: '/opt/cni/bin' };
+  if (c.containerId) env.CNI_CONTAINERID = c.containerId;
+  if (c.netns) env.CNI_NETNS = c.netns;
+  env.CNI_IFNAME = c.ifname ?? 'eth0';
+  if (c.pod) env.CNI_ARGS = `IgnoreUnknown=1;K8S_POD_NAMESPACE=${c.namespace ?? 'default'};K8S_POD_NAME=${c.pod};K8S_POD_INFRA_CONTAINER_ID=${c.containerId ?? ''}`;
+  const t0 = performance.now();
+  const r = await execa(cniBinary, [], { env, extendEnv: false, input: netConf(c), reject: false, timeout: 60_000 });
+  const ms = performance.now() - t0;
+  let json: Record<string, unknown> | undefined;
+  try {
+    json = JSON.parse(r.stdout) as Record<string, unknown>;
+  } catch {
+    json = undefined;
+  }
+  return { exitCode: r.exitCode ?? -1, stdout: r.stdout, json, ms };
+}
