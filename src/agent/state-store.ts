@@ -1,8 +1,11 @@
 // One record per CNI attachment (container id + ifname) in the agent's state
 // directory: what ADD set up, so DEL, CHECK, GC and `meshcap status` can act on
 // it after the netns is gone or the agent restarted. Each record is its own
-// JSON file written atomically (tmp + fsync + rename): a crash leaves either
-// the old record or the new one, never half of one.
+// JSON file written atomically (tmp + rename): an agent crash leaves either
+// the old record or the new one, never half of one. No fsync: a record
+// describes kernel state (pins, maps, netns rules) that a reboot erases too,
+// so it only has to survive the process, and the page cache does that; fsync
+// cost ~0.8 ms per ADD on disk for nothing (the default dir is tmpfs anyway).
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { open, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
@@ -130,7 +133,6 @@ export class StateStore {
     const fh = await open(tmp, 'w', 0o600);
     try {
       await fh.writeFile(JSON.stringify(rec, null, 1) + '\n');
-      await fh.sync();
     } catch (err) {
       await fh.close();
       await rm(tmp, { force: true });
