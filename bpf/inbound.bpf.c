@@ -9,6 +9,11 @@
  * includeInboundPorts '*' or a list; traffic originating inside the pod (from
  * loopback or its own addresses) is never captured.
  */
+/* Loaded once per pod, so its load time is part of every CNI ADD: without
+ * CO-RE relocations libbpf never parses the kernel's vmlinux BTF (several ms
+ * per load). Every struct this program reads is UAPI (bpf_sk_lookup,
+ * bpf_sock), whose layout is fixed, so nothing needs relocating. */
+#define BPF_NO_PRESERVE_ACCESS_INDEX
 #include "mc_common.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
