@@ -14,6 +14,11 @@ const SWEPT: MapName[] = [MAP.cidrs, MAP.ports];
 export class PodMaps {
   private readonly fds = new Map<MapName, number>();
   private readonly keySizes = new Map<MapName, number>();
+  /** The CIDR/port keys each pod has in the maps, built by one scan on first
+   * use and kept by write/remove: without it every ADD and DEL walked every
+   * pod's entries (O(node) per pod). The agent is the maps' only writer;
+   * diff() still reads the kernel, so CHECK sees what the index cannot. */
+  private index: Map<MapName, Map<bigint, Buffer[]>> | null = null;
 
   constructor(readonly pinRoot: string) {
     const dir = pinLayout(pinRoot).maps;
@@ -54,10 +59,12 @@ export class PodMaps {
     put(e.pod);
     // Drop entries of an earlier config of the same pod.
     const want = new Set([...e.cidrs, ...e.ports].map((x) => `${x.map}:${x.key.toString('hex')}`));
+    const index = this.podIndex();
     for (const m of SWEPT) {
-      for (const key of this.keysOf(m, netns)) {
+      for (const key of index.get(m)!.get(netns) ?? []) {
         if (!want.has(`${m}:${key.toString('hex')}`)) bpf.mapDelete(this.fd(m), key);
       }
+      index.get(m)!.set(netns, [...e.cidrs, ...e.ports].filter((x) => x.map === m).map((x) => x.key));
     }
     return e;
   }
@@ -66,9 +73,30 @@ export class PodMaps {
   remove(netns: bigint): number {
     let n = 0;
     if (bpf.mapDelete(this.fd(MAP.pods), u64Key(netns))) n++;
-    for (const m of SWEPT) for (const key of this.keysOf(m, netns)) if (bpf.mapDelete(this.fd(m), key)) n++;
+    const index = this.podIndex();
+    for (const m of SWEPT) {
+      for (const key of index.get(m)!.get(netns) ?? []) if (bpf.mapDelete(this.fd(m), key)) n++;
+      index.get(m)!.delete(netns);
+    }
     if (bpf.mapDelete(this.fd(MAP.stats), u64Key(netns))) n++;
     return n;
+  }
+
+  private podIndex(): Map<MapName, Map<bigint, Buffer[]>> {
+    if (this.index) return this.index;
+    const index = new Map<MapName, Map<bigint, Buffer[]>>();
+    for (const m of SWEPT) {
+      const byPod = new Map<bigint, Buffer[]>();
+      for (const key of bpf.mapKeys(this.fd(m), this.keySizes.get(m)!)) {
+        const netns = netnsOfKey(m, key)!;
+        const keys = byPod.get(netns);
+        if (keys) keys.push(key);
+        else byPod.set(netns, [key]);
+      }
+      index.set(m, byPod);
+    }
+    this.index = index;
+    return index;
   }
 
   keysOf(map: MapName, netns: bigint): Buffer[] {
