@@ -113,9 +113,15 @@ async function pool(items, width, fn) {
 }
 
 const pct = (sorted, p) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
-function summary(ms) {
+function summary(ms, wallMs) {
   const s = [...ms].sort((a, b) => a - b);
-  return { n: s.length, p50: pct(s, 50), p90: pct(s, 90), p99: pct(s, 99), max: s.at(-1) };
+  return { n: s.length, p50: pct(s, 50), p90: pct(s, 90), p99: pct(s, 99), max: s.at(-1), perSec: (s.length * 1000) / wallMs };
+}
+/** Runs fn, returns its latencies' summary with the row's throughput. */
+async function timed(fn) {
+  const t0 = performance.now();
+  const ms = await fn();
+  return summary(ms, performance.now() - t0);
 }
 
 async function waitReady(socket) {
@@ -166,19 +172,22 @@ async function benchMode(mode) {
   // warm-up: first requests pay for JIT and lazy module loads in the agent
   for (let i = 0; i < 5; i++) await runCni(cniEnv('ADD', socket, `w${i}`, 'plain', nss[0]), conf(socket, nss[0], 0));
 
-  const plain = [];
-  for (let i = 0; i < N; i++) {
-    const r = await runCni(cniEnv('ADD', socket, `p${i}`, 'plain', nss[i]), conf(socket, nss[i], i));
-    if (r.code !== 0) throw new Error(`ADD plain failed: ${r.out}`);
-    plain.push(r.ms);
-  }
-  results.push({ mode, pod: 'unmeshed', concurrency: 1, ...summary(plain) });
+  const plain = async () => {
+    const ms = [];
+    for (let i = 0; i < N; i++) {
+      const r = await runCni(cniEnv('ADD', socket, `p${i}`, 'plain', nss[i]), conf(socket, nss[i], i));
+      if (r.code !== 0) throw new Error(`ADD plain failed: ${r.out}`);
+      ms.push(r.ms);
+    }
+    return ms;
+  };
+  results.push({ mode, pod: 'unmeshed', concurrency: 1, ...(await timed(plain)) });
   // no inbound capture: no per-pod sk_lookup program to load (eBPF), no inbound rules (iptables)
-  results.push({ mode, pod: 'meshed-out', concurrency: 1, ...summary(await addOutOnly()) });
+  results.push({ mode, pod: 'meshed-out', concurrency: 1, ...(await timed(addOutOnly)) });
   await del('o', '-out');
-  results.push({ mode, pod: 'meshed', concurrency: 1, ...summary(await add(1, 's')) });
+  results.push({ mode, pod: 'meshed', concurrency: 1, ...(await timed(() => add(1, 's'))) });
   await del('s');
-  results.push({ mode, pod: 'meshed', concurrency: CONC, ...summary(await add(CONC, 'c')) });
+  results.push({ mode, pod: 'meshed', concurrency: CONC, ...(await timed(() => add(CONC, 'c'))) });
   await del('c');
 
   agent.kill('SIGTERM');
@@ -187,6 +196,7 @@ async function benchMode(mode) {
   pinRoot = undefined;
 }
 
+const loadBefore = os.loadavg();
 try {
   for (let i = 0; i < N; i++) {
     const ns = `mcbench-${id}-${i}`;
@@ -196,11 +206,12 @@ try {
   for (const mode of MODES) await benchMode(mode);
   const f = (x) => x.toFixed(2).padStart(7);
   console.log(`meshcap-cni ADD, exec to exit, ${N} pods per row, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
-  console.log(`${'mode'.padEnd(9)}${'pod'.padEnd(12)}${'conc'.padStart(5)}${'n'.padStart(6)}   p50 ms   p90 ms   p99 ms   max ms`);
+  console.log(`${'mode'.padEnd(9)}${'pod'.padEnd(12)}${'conc'.padStart(5)}${'n'.padStart(6)}   p50 ms   p90 ms   p99 ms   max ms  ADD/s`);
   for (const r of results) {
-    console.log(`${r.mode.padEnd(9)}${r.pod.padEnd(12)}${String(r.concurrency).padStart(5)}${String(r.n).padStart(6)}  ${f(r.p50)}  ${f(r.p90)}  ${f(r.p99)}  ${f(r.max)}`);
+    console.log(`${r.mode.padEnd(9)}${r.pod.padEnd(12)}${String(r.concurrency).padStart(5)}${String(r.n).padStart(6)}  ${f(r.p50)}  ${f(r.p90)}  ${f(r.p99)}  ${f(r.max)}  ${r.perSec.toFixed(0).padStart(5)}`);
   }
   const e = results.find((r) => r.mode === 'ebpf' && r.pod === 'meshed' && r.concurrency === 1);
+  console.log(`load average before the run: ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
   if (e) console.log(`\ntarget eBPF p50 <= 5 ms: ${e.p50 <= 5 ? 'met' : 'MISSED'} (${e.p50.toFixed(2)}); p99 <= 20 ms: ${e.p99 <= 20 ? 'met' : 'MISSED'} (${e.p99.toFixed(2)})`);
   if (opt.json) writeFileSync(opt.json, JSON.stringify({ pods: N, concurrency: CONC, kernel: os.release(), results }, null, 2));
 } finally {
