@@ -90,13 +90,10 @@ export async function detectVariant(netns: string, family: Family, o: IptablesOp
   } catch {
     // No legacy binary or no legacy tables: not legacy.
   }
-  try {
-    await execa(binaryName('nft', family, ''), ['--version']);
-    return 'nft';
-  } catch {
-    return 'plain';
-  }
+  return (nftPresent[family] ??= execa(binaryName('nft', family, ''), ['--version']).then(() => 'nft' as const, () => 'plain' as const));
 }
+// Whether the node has the nft binaries does not change while the agent runs.
+const nftPresent: Partial<Record<Family, Promise<'nft' | 'plain'>>> = {};
 
 function hasAnyRules(s: SavedState): boolean {
   for (const t of s.values()) {
@@ -106,9 +103,24 @@ function hasAnyRules(s: SavedState): boolean {
   return false;
 }
 
-/** Rendered rules in iptables-save's canonical form, via a throwaway netns. */
+// Pods of one profile render the same text: the canonical form (a throwaway
+// netns and two execs) is computed once per distinct text, not once per ADD.
+const CANONICAL_CACHE_MAX = 64;
+const canonicalCache = new Map<string, SavedState>();
+
+/** Rendered rules in iptables-save's canonical form, via a throwaway netns (memoized). */
 export async function canonicalize(restoreText: string, variant: IptablesVariant, family: Family, o: IptablesOptions = {}): Promise<SavedState> {
   if (restoreText === '') return new Map();
+  const key = `${variant}\0${family}\0${restoreText}`;
+  const hit = canonicalCache.get(key);
+  if (hit) return hit;
+  const state = await canonicalizeUncached(restoreText, variant, family, o);
+  if (canonicalCache.size >= CANONICAL_CACHE_MAX) canonicalCache.delete(canonicalCache.keys().next().value!);
+  canonicalCache.set(key, state);
+  return state;
+}
+
+async function canonicalizeUncached(restoreText: string, variant: IptablesVariant, family: Family, o: IptablesOptions): Promise<SavedState> {
   const restore = binaryName(variant, family, '-restore');
   const save = binaryName(variant, family, '-save');
   // Binary names come from a fixed table; the rules go through stdin.
