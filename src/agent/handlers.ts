@@ -4,7 +4,7 @@
 // answers or fails with a CniError naming the pod and the cause.
 import type { Logger } from 'pino';
 import { CNI_ERROR_CODES, CniError } from '../cni/spec.js';
-import type { CniHandlers, CniRequest } from '../cni/types.js';
+import type { AddOutcome, CniHandlers, CniRequest } from '../cni/types.js';
 import { namespaceExclusion } from '../kube/meshed.js';
 import type { PodSource } from '../kube/pod-source.js';
 import type { Mode } from '../loader/mode.js';
@@ -69,10 +69,10 @@ export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { remove
     await d.store.remove(rec.containerId, rec.ifname);
   }
 
-  async function add(req: CniRequest): Promise<void> {
+  async function add(req: CniRequest): Promise<AddOutcome> {
     const { ns, name } = podRef(req);
     const pod = `${ns}/${name}`;
-    if (namespaceExclusion(ns, { excludeNamespaces: d.excludeNamespaces })) return;
+    if (namespaceExclusion(ns, { excludeNamespaces: d.excludeNamespaces })) return { decision: 'namespace excluded' };
 
     const obj = await d.pods.waitFor(ns, name, d.podWaitMs);
     if (!obj) {
@@ -88,10 +88,7 @@ export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { remove
       const code = err instanceof CaptureConfigError ? CNI_ERROR_CODES.INVALID_NETWORK_CONFIG : AGENT_ERROR_CODES.SETUP_FAILED;
       throw new CniError(code, `pod ${pod} is meshed but its capture config is invalid: ${causeOf(err)}`);
     }
-    if (decision.kind === 'skip') {
-      log.debug({ pod, reason: decision.reason }, 'pod not meshed: nothing to set up');
-      return;
-    }
+    if (decision.kind === 'skip') return { decision: `not meshed: ${decision.reason}` };
     if (decision.fallbackReason) log.warn({ pod, reason: decision.fallbackReason }, 'pod uses iptables mode on an eBPF node');
 
     await lock.run(req.containerId, async () => {
@@ -130,6 +127,7 @@ export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { remove
         throw new CniError(AGENT_ERROR_CODES.SETUP_FAILED, `cannot record pod ${pod} in ${d.store.dir}: ${causeOf(err)}`);
       }
     });
+    return { decision: 'meshed', mode: decision.mode };
   }
 
   async function del(req: CniRequest): Promise<void> {

@@ -2,7 +2,7 @@
 // of redirected connections are read from the pinned eBPF maps at scrape time,
 // so they are the datapath's numbers, not the agent's guess.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { CniCommand, CniHandlers, CniRequest } from '../cni/types.js';
+import type { AddOutcome, CniCommand, CniHandlers, CniRequest } from '../cni/types.js';
 import type { EbpfPods } from '../maps/ebpf-pods.js';
 import { cookieOf, type StateStore } from './state-store.js';
 
@@ -63,12 +63,13 @@ export function createMetrics(store: StateStore, ebpf: EbpfPods | null): AgentMe
     },
   });
 
-  function timed(verb: CniCommand, fn: (...a: never[]) => Promise<void>) {
-    return async (...args: never[]) => {
+  function timed<R>(verb: CniCommand, fn: (...a: never[]) => Promise<R>) {
+    return async (...args: never[]): Promise<R> => {
       const end = latency.startTimer({ verb });
       try {
-        await fn(...args);
+        const r = await fn(...args);
         requests.inc({ verb, result: 'ok' });
+        return r;
       } catch (err) {
         const code = (err as { code?: unknown }).code;
         requests.inc({ verb, result: typeof code === 'number' ? `error_${code}` : 'error' });
@@ -84,7 +85,7 @@ export function createMetrics(store: StateStore, ebpf: EbpfPods | null): AgentMe
     instrument<H extends CniHandlers>(h: H): H {
       return {
         ...h,
-        add: timed('ADD', h.add as (req: CniRequest) => Promise<void>),
+        add: timed('ADD', h.add as (req: CniRequest) => Promise<AddOutcome | void>),
         del: timed('DEL', h.del as (req: CniRequest) => Promise<void>),
         check: timed('CHECK', h.check as (req: CniRequest) => Promise<void>),
         status: timed('STATUS', h.status as (req: CniRequest) => Promise<void>),

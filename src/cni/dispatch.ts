@@ -11,6 +11,9 @@ export interface DispatchOutcome {
   podNamespace?: string;
   podName?: string;
   containerId?: string;
+  /** ADD only: what the handler decided (for the log line). */
+  decision?: string;
+  mode?: string;
   /** Set when the answer is a CNI error. */
   error?: CniError;
   /** Set when a handler threw something that is not a CniError (answered as 999). */
@@ -44,7 +47,11 @@ export async function dispatch(raw: RawRequest, handlers: CniHandlers): Promise<
         // Convert first: a prevResult we cannot answer with must fail the ADD
         // before the handler sets anything up.
         const result = convertResult(req.config.prevResult, req.config.cniVersion);
-        await handlers.add(req);
+        const added = await handlers.add(req);
+        if (added) {
+          outcome.decision = added.decision;
+          if (added.mode) outcome.mode = added.mode;
+        }
         outcome.reply.stdout = JSON.stringify(result);
         break;
       }

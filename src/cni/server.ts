@@ -149,6 +149,8 @@ function serveConnection(sock: net.Socket, handlers: CniHandlers, logger: Logger
         podNamespace: o.podNamespace,
         podName: o.podName,
         containerId: o.containerId,
+        decision: o.decision,
+        mode: o.mode,
         result: o.error ? 'error' : 'ok',
         code: o.error?.code,
         durationMs: ms(started),

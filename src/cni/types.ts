@@ -22,9 +22,17 @@ export interface CniRequest {
   config: NetConf;
 }
 
+/** What ADD decided, for the request's log line. */
+export interface AddOutcome {
+  /** e.g. 'meshed', 'not meshed: <reason>', 'namespace excluded'. */
+  decision: string;
+  /** The datapath the pod got, when meshed. */
+  mode?: string;
+}
+
 export interface CniHandlers {
   /** Sets up the pod; the server answers prevResult (converted): handlers never build results. */
-  add(req: CniRequest): Promise<void>;
+  add(req: CniRequest): Promise<AddOutcome | void>;
   del(req: CniRequest): Promise<void>;
   check(req: CniRequest): Promise<void>;
   /** Throw CniError(50/51) when not ready. */

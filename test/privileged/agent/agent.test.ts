@@ -267,6 +267,9 @@ describe.each(MODES)('meshcap agent, %s mode', (mode) => {
     const ghost = reqLines.filter((l) => l.podName === 'ghost');
     expect(ghost).toHaveLength(1);
     expect(ghost[0]).toMatchObject({ verb: 'ADD', result: 'error', code: 11, error: expect.stringContaining('default/ghost') });
+    const adds = reqLines.filter((l) => l.verb === 'ADD' && l.result === 'ok');
+    expect(adds.some((l) => l.decision === 'meshed' && l.mode === mode && typeof l.durationMs === 'number')).toBe(true);
+    expect(adds.some((l) => String(l.decision).startsWith('not meshed: '))).toBe(true);
     expect(logs.filter((l) => l.msg === 'meshcap agent ready')).toHaveLength(1);
   });
 });

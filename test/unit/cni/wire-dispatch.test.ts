@@ -44,6 +44,11 @@ describe('dispatch', () => {
     expect(o).toMatchObject({ verb: 'ADD', podNamespace: 'ns', podName: 'p', containerId: 'c1' });
     expect(seen).toContain('add ns/p');
   });
+  it("ADD carries the handler's decision and mode into the outcome (the request's log line)", async () => {
+    const o = await dispatch(raw(), { ...handlers, add: async () => ({ decision: 'meshed', mode: 'ebpf' }) });
+    expect(o).toMatchObject({ decision: 'meshed', mode: 'ebpf', reply: { exitCode: 0 } });
+    expect((await dispatch(raw(), handlers)).decision).toBeUndefined();
+  });
   it('VERSION, DEL, GC succeed with the right stdout', async () => {
     expect(JSON.parse((await dispatch(raw({ command: 'VERSION', stdin: '' }), handlers)).reply.stdout)).toMatchObject({ cniVersion: '1.1.0' });
     expect((await dispatch(raw({ command: 'DEL' }), handlers)).reply).toEqual({ exitCode: 0, stdout: '' });
