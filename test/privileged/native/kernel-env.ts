@@ -3,6 +3,7 @@
 // and a TCP connect made from inside a cgroup. Everything made here has a
 // matching remove that tolerates "already gone".
 import { execa } from 'execa';
+import { afterEach } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, rmdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
 import net from 'node:net';
@@ -113,3 +114,21 @@ export const u64 = (n: number | bigint): Buffer => {
   b.writeBigUInt64LE(BigInt(n));
   return b;
 };
+
+/** A list of undo steps that afterEach runs in reverse, also after a test
+ * failed half-way; the first error fails the test once all have run. */
+export function cleanupsAfterEach(): (() => void | Promise<void>)[] {
+  const cleanups: (() => void | Promise<void>)[] = [];
+  afterEach(async () => {
+    const errors: unknown[] = [];
+    for (const fn of cleanups.splice(0).reverse()) {
+      try {
+        await fn();
+      } catch (e) {
+        errors.push(e);
+      }
+    }
+    if (errors.length) throw errors[0];
+  });
+  return cleanups;
+}

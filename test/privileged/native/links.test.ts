@@ -2,12 +2,13 @@
 // temporary cgroup counts a real connect made from inside it; the link is
 // inspected, its program swapped in place, pinned and detached. An sk_lookup
 // program is linked to a temporary netns.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { statSync } from 'node:fs';
 import path from 'node:path';
 import * as bpf from '../../../src/native/addon.js';
 import { NativeError } from '../../../src/native/errors.js';
 import {
+  cleanupsAfterEach,
   compileFixture, connectFromCgroup, loopbackListener, makeCgroup, makeNetns, removeCgroup,
   removeDir, removeNetns, tempDir, tempPinDir, u32,
 } from './kernel-env.js';
@@ -41,18 +42,7 @@ afterAll(async () => {
   removeDir(work);
 });
 
-const cleanups: (() => void | Promise<void>)[] = [];
-afterEach(async () => {
-  const errors: unknown[] = [];
-  for (const fn of cleanups.splice(0).reverse()) {
-    try {
-      await fn();
-    } catch (e) {
-      errors.push(e);
-    }
-  }
-  if (errors.length) throw errors[0];
-});
+const cleanups = cleanupsAfterEach();
 
 const count = (): bigint => bpf.mapLookup(countsFd, u32(listener!.port), 8)?.readBigUInt64LE() ?? 0n;
 

@@ -1,10 +1,11 @@
 // BpfObject against the real kernel: open/load, programs()/maps(), setRodata
 // reaching the datapath, verifier rejection, map pinning via mapPinDir.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import path from 'node:path';
 import * as bpf from '../../../src/native/addon.js';
 import { NativeError } from '../../../src/native/errors.js';
 import {
+  cleanupsAfterEach,
   compileFixture, connectFromCgroup, loopbackListener, makeCgroup, removeCgroup, removeDir,
   tempDir, tempPinDir, u32,
 } from './kernel-env.js';
@@ -26,18 +27,7 @@ afterAll(() => removeDir(work));
 
 // Every object/link/cgroup/pin a test makes is registered here and undone in
 // afterEach, also when the test failed half-way.
-const cleanups: (() => void | Promise<void>)[] = [];
-afterEach(async () => {
-  const errors: unknown[] = [];
-  for (const fn of cleanups.splice(0).reverse()) {
-    try {
-      await fn();
-    } catch (e) {
-      errors.push(e);
-    }
-  }
-  if (errors.length) throw errors[0];
-});
+const cleanups = cleanupsAfterEach();
 function open(p: string, opts?: bpf.OpenObjectOptions): bpf.BpfObject {
   const o = bpf.openObject(p, opts);
   cleanups.push(() => o.close());
