@@ -16,6 +16,7 @@ PKGS=(
   libjansson-dev        # JSON in the static CNI forwarder
   iptables iproute2     # fallback datapath, netns plumbing
   socat haproxy         # haproxy: unmodified third-party SO_ORIGINAL_DST proxy in tests
+  gnuplot-nox           # bench:datapath plot (docs/img); its load generator is C, built by cc from g++'s deps
 
   util-linux            # setpriv/unshare/nsenter
   python3               # SO_ORIGINAL_DST listener in the iptables traffic test
