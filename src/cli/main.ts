@@ -6,6 +6,7 @@ import { registerProxyCommand } from '../proxy/main.js';
 import { registerIptablesCommand } from '../fallback-iptables/cli.js';
 import { registerAgentCommand } from './agent-command.js';
 import { registerStatusCommand } from './status-command.js';
+import { registerSandboxCommand } from './sandbox-command.js';
 
 const program = new Command('meshcap')
   .description('eBPF-first service-mesh traffic redirection (CNI plugin + node agent), iptables fallback identical to istio-iptables')
@@ -17,6 +18,7 @@ registerProxyCommand(program);
 registerIptablesCommand(program);
 registerAgentCommand(program);
 registerStatusCommand(program);
+registerSandboxCommand(program);
 
 try {
   await program.parseAsync(process.argv);
