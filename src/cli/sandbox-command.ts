@@ -31,7 +31,7 @@ export function registerSandboxCommand(program: Command): void {
     .addOption(new Option('--meshed <n>', 'meshed pods').default('3'))
     .addOption(new Option('--connections <n>', 'connections each client pod makes per mode').default('60'))
     .addOption(new Option('--interval-ms <ms>', 'pause between a pod\'s connections').default('100'))
-    .option('--json', 'print the full report as JSON at the end')
+    .option('--json', 'print the full report as JSON on stdout (the live output goes to stderr)')
     .option('--verbose', 'print every check, not only failed ones')
     .action(async (o: SandboxFlags) => {
       const modes = o.modes.split(',').map((m) => m.trim());
@@ -45,7 +45,9 @@ export function registerSandboxCommand(program: Command): void {
           meshed: intFlag('--meshed', o.meshed),
           connections: intFlag('--connections', o.connections),
           intervalMs: intFlag('--interval-ms', o.intervalMs),
-          live: process.stdout.isTTY === true && !o.json,
+          // With --json, stdout carries only the report; the human output goes to stderr.
+          out: o.json ? process.stderr : process.stdout,
+          live: (o.json ? process.stderr : process.stdout).isTTY === true,
           signal: ctl.signal,
           verbose: o.verbose ?? false,
         });
