@@ -3,7 +3,7 @@
 // part in CNI — it runs the same chain (bridge + host-local + meshcap-cni)
 // with the same environment (CNI_ARGS with K8S_POD_NAMESPACE/K8S_POD_NAME).
 // Pod processes run with `ip netns exec` (and setpriv for the proxy uid).
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { execa } from 'execa';
 import { abortable, type Cleanup } from './cleanup.js';
 import { chainAdd, chainDel, resultIPv4, type ConfList, type CniRuntimeConf } from './cni-chain.js';
@@ -51,9 +51,10 @@ export class NetnsRuntime implements Runtime {
       paths: this.paths,
     };
     const pod: NetnsPod = { handle: { name, ip: '', netns, containerId: rt.containerId }, rt, result: undefined, procs: [] };
-    await abortable(execa('ip', ['netns', 'add', ns]), signal);
+    // Registered first: an abort while `ip netns add` runs must still remove the namespace.
     this.pods.set(name, pod);
     this.cleanup.add(`pod ${name} (netns ${ns})`, () => this.deletePod(pod.handle));
+    await abortable(execa('ip', ['netns', 'add', ns]), signal);
     await execa('ip', ['-n', ns, 'link', 'set', 'lo', 'up']);
     // Set before the ADD: a failed ADD still gets its DEL (the runtime's duty in the spec).
     pod.result = await abortable(chainAdd(this.list, rt), signal);
@@ -82,7 +83,7 @@ export class NetnsRuntime implements Runtime {
       delError = e as Error;
     }
     const r = await execa('ip', ['netns', 'del', netnsName(this.plan, handle.name)], { reject: false });
-    if (r.exitCode !== 0) throw new Error(`ip netns del ${netnsName(this.plan, handle.name)}: ${r.stderr}`);
+    if (r.exitCode !== 0 && existsSync(pod.rt.netns)) throw new Error(`ip netns del ${netnsName(this.plan, handle.name)}: ${r.stderr}`);
     if (delError) throw delError;
   }
 }

@@ -102,7 +102,7 @@ export class PodmanRuntime implements Runtime {
     this.deleted.delete(name);
     this.cleanup.add(`pod ${name} (podman)`, () => this.deletePod({ name, ip: '', netns: '', containerId: '' }));
     const r = await this.podman(['run', '-d', '--name', name, '--hostname', name, '--network', this.plan.network, ...this.mounts, ...ROOTFS, 'sleep', 'infinity'], signal);
-    if (r.exitCode !== 0) throw new Error(`podman could not start pod ${name} on network ${this.plan.network}: ${lastLines(r.stderr)}`);
+    if (r.exitCode !== 0) throw new Error(`podman could not start pod ${name} on network ${this.plan.network}: ${lastLines(r.stderr)} (meshcap sandbox --runtime netns runs the same chain without podman)`);
     const i = await this.podman(['inspect', name, '--format', '{{json .}}'], signal);
     if (i.exitCode !== 0) throw new Error(`podman inspect ${name}: ${lastLines(i.stderr)}`);
     // `podman inspect` answers a list even for one name.

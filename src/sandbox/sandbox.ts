@@ -173,7 +173,8 @@ async function runPhase(mode: Mode, plan: SandboxPlan, rt: Runtime, cleanup: Cle
 
   // Client pods in parallel: sandbox (CNI ADD) and the sidecar; the app waits for its sidecar, as Istio's holdApplicationUntilProxyStarts.
   const sidecars: Proc[] = [];
-  await Promise.all(
+  // allSettled: when one pod fails, the others finish registering their undo before cleanup runs.
+  const created = await Promise.allSettled(
     clientPods(plan).map(async (p) => {
       const pod = await rt.createPod(p.name, signal);
       pods.set(p.name, pod);
@@ -186,6 +187,8 @@ async function runPhase(mode: Mode, plan: SandboxPlan, rt: Runtime, cleanup: Cle
       await proxy.waitFor(/"event":"ready"/, 60_000, signal);
     }),
   );
+  const failedPod = created.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failedPod) throw failedPod.reason;
   await serverProc.waitFor(/"event":"ready"/, 60_000, signal);
   applyCniEvents(agent, views);
   screen.log(`pods: ${plan.pods.length} on ${plan.subnet} via CNI ADD (bridge → host-local → meshcap-cni → agent) in ${Math.round(performance.now() - tPods)} ms; server ${server.ip}:${plan.serverPorts.join(',')}`);
