@@ -11,6 +11,24 @@ import { fileURLToPath } from 'node:url';
 import { projectRoot } from '../../src/paths.js';
 
 const NS_AGENT = fileURLToPath(new URL('./ns-agent.mjs', import.meta.url));
+
+/**
+ * Deadlines in helpers and tests are sized for the host. Under software
+ * emulation (the kernel matrix's TCG guests, test/kernels/run.mjs) the same
+ * work is 10-20x slower, so run.mjs sets MESHCAP_TEST_TIME_SCALE there; 1 otherwise.
+ */
+export const TIME_SCALE = ((v) => {
+  if (v === undefined || v === '') return 1;
+  const n = Number(v);
+  if (!(n >= 1)) throw new Error(`MESHCAP_TEST_TIME_SCALE='${v}': use a number >= 1 (how many times slower than the host)`);
+  return n;
+})(process.env.MESHCAP_TEST_TIME_SCALE);
+/** A host-sized duration (ms, or a count of fixed-interval retries) stretched by TIME_SCALE. */
+export const scaled = (n: number): number => Math.ceil(n * TIME_SCALE);
+
+// ns-agent.mjs's own deadlines for ops called without timeoutMs; only used to
+// stretch them when TIME_SCALE > 1.
+const NS_AGENT_DEADLINES: Record<string, number> = { connect: 5000, connectMany: 20_000, udpAsk: 3000 };
 const live = new Set<string>();
 process.once('exit', () => {
   for (const ns of live) {
@@ -56,6 +74,10 @@ export class NsAgent {
   }
   call<T = Record<string, unknown>>(op: string, args: Record<string, unknown> = {}): Promise<T> {
     const id = this.next++;
+    if (TIME_SCALE !== 1) {
+      const t = typeof args.timeoutMs === 'number' ? args.timeoutMs : NS_AGENT_DEADLINES[op];
+      if (t !== undefined) args = { ...args, timeoutMs: scaled(t) };
+    }
     return new Promise<T>((res, rej) => {
       this.waiting.set(id, { res: res as (v: unknown) => void, rej });
       this.proc.stdin!.write(JSON.stringify({ id, op, ...args }) + '\n');

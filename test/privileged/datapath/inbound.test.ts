@@ -3,16 +3,16 @@
 // iptables: Istio's ISTIO_INBOUND REDIRECT), which recovers the original
 // destination and forwards to the app from 127.0.0.6 / ::6, as Envoy's inbound
 // passthrough does.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { EbpfPods } from '../../../src/maps/ebpf-pods.js';
-import { Lab, type NsAgent } from '../../helpers/lab.js';
+import { Lab, scaled, type NsAgent } from '../../helpers/lab.js';
 import { istioCapture } from '../../helpers/pods.js';
-import { MODES, makeDriver, type Driver } from '../../helpers/datapaths.js';
+import { describeModes, makeDriver, type Driver } from '../../helpers/datapaths.js';
 
-describe.each(MODES)('inbound capture, %s mode', (mode) => {
+describeModes('inbound capture, %s mode', (mode) => {
 const lab = new Lab();
 let dp: Driver;
 let pod: { name: string; path: string };
@@ -34,7 +34,7 @@ beforeAll(async () => {
   // Envoy marks its inbound listener IP_TRANSPARENT in TPROXY mode (Istio grants
   // istio-proxy NET_ADMIN for it); iptables TPROXY needs that, eBPF does not
   proxy = mode === 'iptables' ? await lab.proxy(pod.name, ['--transparent'], 1337, ['net_admin']) : await lab.proxy(pod.name);
-}, 120_000);
+}, scaled(120_000));
 
 afterAll(async () => {
   await lab.cleanup();
@@ -118,7 +118,7 @@ const inboundAccepts = () => proxy.accepts().filter((a) => a.listener === 'inbou
       ].join('\n'));
       const h = lab.spawn(hpod.name, ['haproxy', '-db', '-f', cfg], { uid: 1337 });
       let r: { data: string } | undefined;
-      for (let i = 0; i < 50 && !r; i++) {
+      for (let i = 0; i < scaled(50) && !r; i++) {
         r = await cli.connect('198.18.5.1', 8080, 'haproxy-in').catch(async () => {
           await new Promise((res) => setTimeout(res, 100));
           return undefined;
