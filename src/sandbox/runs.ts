@@ -2,7 +2,7 @@
 // outright (SIGKILL, power loss of the terminal) could not clean up; the next
 // run finds its record with a dead pid and removes what it left: containers,
 // namespaces, processes, the bridge, pins, CNI cache entries, the run dir.
-import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { execa } from 'execa';
 import { uninstallDatapath } from '../loader/datapath.js';
@@ -130,6 +130,12 @@ export async function recoverStaleRuns(root = SANDBOX_RUN_ROOT): Promise<string[
     await step('CNI cache', async () => cleanCniCache(rec.network, rec.cniCache ?? { existed: true, resultsExisted: true }));
     await step('run dir', () => removeRunDir(dir));
     done.push(`removed what run ${id} (pid ${rec.pid}, ${rec.runtime}, started ${rec.startedAt}) left behind${problems.length ? `; could not remove: ${problems.join('; ')}` : ''}`);
+  }
+  // Only an empty parent goes: a live run's directory keeps it.
+  try {
+    if (done.length && readdirSync(root).length === 0) rmdirSync(root);
+  } catch {
+    /* a run just created its directory in it */
   }
   return done;
 }
