@@ -2,16 +2,20 @@
 // @ts-check
 // npm run test:kernels — boot every kernel of the matrix (lib/matrix.mjs) in
 // qemu and run meshcap's checks inside it: the guest smoke check, `meshcap
-// probe --json` against the expected mode, the privileged vitest suite, and
-// on some kernels the same suite with MESHCAP_MODE=iptables. One line per
-// kernel; exit 1 if any kernel failed. See docs/kernels.md.
+// probe --json` against the expected mode, and the privileged vitest suite
+// told which mode the kernel should get (MESHCAP_EXPECT_MODE) and how much
+// slower the guest is (MESHCAP_TEST_TIME_SCALE). On a `forceIptables` kernel
+// the suite runs with MESHCAP_MODE=ebpf, then the mode-parametrised tests with
+// MESHCAP_MODE=iptables. One line per kernel; exit 1 if any kernel failed.
+// Installs the Debian packages it needs (qemu, static busybox, cpio) first.
+// See docs/kernels.md.
 //
 //   node test/kernels/run.mjs [--kernels 5.10,6.1] [--smoke] [--verifier-demo]
-//                             [--accel auto|tcg|kvm] [--timeout SEC] [--refresh] [--verbose]
+//                             [--accel auto|tcg|kvm] [--time-scale N] [--timeout SEC] [--refresh] [--verbose]
 //                             [--vitest-args "test/privileged/x.test.ts -t name"]
 import { execa } from 'execa';
 import { randomBytes } from 'node:crypto';
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -41,6 +45,8 @@ const { values: opt } = parseArgs({
     'verifier-demo': { type: 'boolean', default: false },
     accel: { type: 'string', default: process.env.MESHCAP_VM_ACCEL ?? 'auto' },
     timeout: { type: 'string', default: '2400' },
+    // How many times slower than the host the guest is; stretches test deadlines (MESHCAP_TEST_TIME_SCALE).
+    'time-scale': { type: 'string' },
     refresh: { type: 'boolean', default: false },
     verbose: { type: 'boolean', default: false },
     // Extra vitest arguments (shell words), e.g. a file and -t 'name', to chase one failure on one kernel.
@@ -50,6 +56,30 @@ const { values: opt } = parseArgs({
 if (!['auto', 'tcg', 'kvm'].includes(String(opt.accel))) throw new Error(`--accel must be auto, tcg or kvm, not '${opt.accel}'`);
 const vmTimeoutSec = Number(opt.timeout);
 if (!(vmTimeoutSec > 0)) throw new Error(`--timeout must be a positive number of seconds, not '${opt.timeout}'`);
+if (opt['time-scale'] !== undefined && !(Number(opt['time-scale']) >= 1)) {
+  throw new Error(`--time-scale must be a number >= 1, not '${opt['time-scale']}'`);
+}
+/** How many times the guest's deadlines are stretched under TCG, measured in docs/kernels.md. */
+const TCG_TIME_SCALE = 10;
+/** Set once the accelerator is known (main). */
+let timeScale = 1;
+
+// Scratch dirs (initramfs) of VMs in flight, removed also on Ctrl-C/SIGTERM;
+// qemu itself dies with us (execa kills children when the parent exits).
+const workDirs = new Set();
+/** @param {string} prefix */
+function tempWorkDir(prefix) {
+  const d = mkdtempSync(path.join(tmpdir(), prefix));
+  workDirs.add(d);
+  return d;
+}
+for (const sig of /** @type {const} */ (['SIGINT', 'SIGTERM'])) {
+  process.once(sig, () => {
+    for (const d of workDirs) rmSync(d, { recursive: true, force: true });
+    log.warn({ signal: sig }, 'interrupted: VMs stopped, scratch removed');
+    process.exit(130);
+  });
+}
 
 /**
  * The steps one VM runs. The privileged suite is whatever vitest finds, so
@@ -75,12 +105,42 @@ function stepsFor(spec, kernel) {
     name: 'probe', timeoutSec: 300,
     command: 'test -e bin/meshcap || { echo "bin/meshcap is missing: build the project (npm run build)"; exit 2; }; node bin/meshcap probe --json',
   });
-  const vitest = `npx --no-install vitest run --project privileged ${opt['vitest-args']}`.trim();
-  steps.push({ name: 'privileged', command: vitest, timeoutSec: vmTimeoutSec });
-  if (spec.forceIptables) {
-    steps.push({ name: 'privileged-iptables', command: vitest, env: { MESHCAP_MODE: 'iptables' }, timeoutSec: vmTimeoutSec });
+  // The root config's 120 s test/hook timeouts, stretched like every other deadline.
+  const limit = Math.ceil(120_000 * timeScale);
+  const vitest = (/** @type {string} */ files) =>
+    `npx --no-install vitest run --project privileged --testTimeout=${limit} --hookTimeout=${limit} ${files}`.trim();
+  // MESHCAP_EXPECT_MODE: where the matrix expects iptables, the eBPF blocks of
+  // the mode-parametrised tests assert the probe's refusal instead of running
+  // (test/helpers/datapaths.ts).
+  const env = { MESHCAP_EXPECT_MODE: spec.expectedMode, MESHCAP_TEST_TIME_SCALE: String(timeScale) };
+  if (spec.forceIptables && spec.expectedMode !== 'ebpf') {
+    throw new Error(`matrix entry ${spec.id}: forceIptables only means something where the probe picks eBPF`);
   }
+  if (!spec.forceIptables) {
+    steps.push({ name: 'privileged', command: vitest(opt['vitest-args']), env, timeoutSec: vmTimeoutSec });
+    return steps;
+  }
+  // A kernel whose probe picks eBPF, run twice without overlap: the whole suite
+  // with eBPF forced, then the mode-parametrised tests with iptables forced.
+  steps.push({ name: 'privileged', command: vitest(opt['vitest-args']), env: { ...env, MESHCAP_MODE: 'ebpf' }, timeoutSec: vmTimeoutSec });
+  steps.push({
+    name: 'privileged-iptables', command: vitest(opt['vitest-args'] || modeTestFiles().join(' ')),
+    env: { ...env, MESHCAP_MODE: 'iptables' }, timeoutSec: vmTimeoutSec,
+  });
   return steps;
+}
+
+/**
+ * Privileged test files whose datapath modes follow MESHCAP_MODE (they use
+ * describeModes from test/helpers/datapaths.ts), relative to the repository.
+ */
+function modeTestFiles() {
+  const dir = path.join(repo, 'test', 'privileged');
+  const files = readdirSync(dir, { recursive: true, encoding: 'utf8' })
+    .filter((f) => f.endsWith('.test.ts') && readFileSync(path.join(dir, f), 'utf8').includes('describeModes('))
+    .map((f) => path.join('test', 'privileged', f)).sort();
+  if (!files.length) throw new Error('no privileged test uses describeModes(): nothing would run with MESHCAP_MODE=iptables');
+  return files;
 }
 
 function fixtureObject() {
@@ -104,6 +164,9 @@ function judgeVitest(s, label, problems, details) {
   const sum = parseVitestSummary(s.output);
   const counts = !sum ? 'no summary'
     : `${sum.passed} passed, ${sum.failed} failed${sum.skipped ? `, ${sum.skipped} skipped` : ''}${sum.errors ? `, ${sum.errors} unhandled errors` : ''}`;
+  // A skipped test proves nothing on this kernel: where eBPF mode cannot run, the
+  // tests say so by asserting the probe's refusal (test/helpers/datapaths.ts).
+  if (s.rc === 0 && sum?.skipped) problems.push(`${label}: ${sum.skipped} tests skipped (${counts})`);
   if (s.rc !== 0 || !sum) {
     problems.push(`${label}: ${s.rc === null ? 'did not finish' : s.rc === 124 ? 'timed out' : `exit ${s.rc}`} (${counts})`);
     const v = verifierLines(s.output);
@@ -133,7 +196,7 @@ async function runKernel(spec, accel) {
   const kernel = await fetchKernel(spec, { cacheRoot, refresh: opt.refresh, log: (msg, d) => log.info(d, msg) });
   const nonce = randomBytes(6).toString('hex');
   const steps = stepsFor(spec, kernel);
-  const workDir = mkdtempSync(path.join(tmpdir(), `meshcap-vm-${spec.id}-`));
+  const workDir = tempWorkDir(`meshcap-vm-${spec.id}-`);
   const logDir = path.join(cacheRoot, 'logs');
   mkdirSync(logDir, { recursive: true });
   const consoleLog = path.join(logDir, `${spec.id}.console.log`);
@@ -159,6 +222,7 @@ async function runKernel(spec, accel) {
     reader.finish();
   } finally {
     rmSync(workDir, { recursive: true, force: true });
+    workDirs.delete(workDir);
     closeSync(transcript);
   }
 
@@ -215,7 +279,7 @@ async function chooseAccel(first) {
   if (opt.accel !== 'auto') return /** @type {'tcg'|'kvm'} */ (opt.accel);
   const kernel = await fetchKernel(first, { cacheRoot, refresh: false, log: (msg, d) => log.info(d, msg) });
   const nonce = randomBytes(6).toString('hex');
-  const workDir = mkdtempSync(path.join(tmpdir(), 'meshcap-vm-kvmprobe-'));
+  const workDir = tempWorkDir('meshcap-vm-kvmprobe-');
   try {
     const initrd = await buildInitramfs({
       kernel, workDir, env: { NONCE: nonce, KVM_PROBE: '1', RELEASE: kernel.release }, runScript: 'exit 0\n',
@@ -226,19 +290,40 @@ async function chooseAccel(first) {
     return r.ok ? 'kvm' : 'tcg';
   } finally {
     rmSync(workDir, { recursive: true, force: true });
+    workDirs.delete(workDir);
   }
 }
 
+/**
+ * Debian packages only the matrix needs (package -> why). Installed here, not
+ * by scripts/setup.sh, so `npm test` on a fresh machine does not pull qemu.
+ */
+const VM_PACKAGES = {
+  'qemu-system-x86': 'qemu-system-x86_64 boots the kernels',
+  'busybox-static': 'the initramfs userland and busybox depmod (must be static)',
+  cpio: 'packs the initramfs',
+  'xz-utils': 'decompresses .ko.xz modules',
+  zstd: 'decompresses .ko.zst modules',
+  file: 'checks that /bin/busybox is static',
+};
+
 async function preflight() {
+  if (process.getuid?.() !== 0) throw new Error('test:kernels must run as root (apt-get, mknod for the initramfs console, qemu)');
+  const installed = async (/** @type {string} */ p) =>
+    (await execa('dpkg-query', ['-W', '-f=${Status}', p], { reject: false })).stdout.includes('install ok installed');
   const missing = [];
-  for (const [bin, pkg] of [['qemu-system-x86_64', 'qemu-system-x86'], ['cpio', 'cpio'], ['dpkg-deb', 'dpkg']]) {
-    if ((await execa('sh', ['-c', `command -v ${bin}`], { reject: false })).exitCode !== 0) missing.push(pkg);
+  for (const p of Object.keys(VM_PACKAGES)) if (!(await installed(p))) missing.push(p);
+  if (missing.length) {
+    log.info({ packages: missing }, 'installing Debian packages the kernel matrix needs');
+    const env = { DEBIAN_FRONTEND: 'noninteractive' };
+    const up = await execa('apt-get', ['update', '-qq'], { env, reject: false });
+    if (up.exitCode !== 0) throw new Error(`apt-get update failed (exit ${up.exitCode}): ${up.stderr.trim()}`);
+    const r = await execa('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...missing], { env, reject: false });
+    if (r.exitCode !== 0) throw new Error(`apt-get install ${missing.join(' ')} failed (exit ${r.exitCode}): ${r.stderr.trim()}`);
   }
   if (!existsSync('/bin/busybox') || !(await execa('file', ['-L', '/bin/busybox'], { reject: false })).stdout.includes('statically linked')) {
-    missing.push('busybox-static');
+    throw new Error('/bin/busybox is not the static one: apt-get install busybox-static (it replaces the dynamic busybox package)');
   }
-  if (missing.length) throw new Error(`test:kernels needs Debian packages: apt-get install ${missing.join(' ')}`);
-  if (process.getuid?.() !== 0) throw new Error('test:kernels must run as root (mknod for the initramfs console, apt downloads)');
 }
 
 async function main() {
@@ -246,6 +331,8 @@ async function main() {
   const specs = selectKernels(opt.kernels?.split(',').map((s) => s.trim()).filter(Boolean));
   if (opt['verifier-demo']) await buildFixture();
   const accel = await chooseAccel(specs[0]);
+  // TCG runs the suite's work ~10x slower than this host (docs/kernels.md); KVM ~1.5x.
+  timeScale = opt['time-scale'] !== undefined ? Number(opt['time-scale']) : accel === 'tcg' ? TCG_TIME_SCALE : 2;
   const results = [];
   for (const spec of specs) {
     let r;

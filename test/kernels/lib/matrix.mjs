@@ -16,7 +16,8 @@ const deb = (base, suite) => `deb [signed-by=${KEYRING}] http://deb.debian.org/$
  * @property {string} metaPackage   package whose Depends names the current linux-image-<release> package
  * @property {'ebpf'|'iptables'} expectedMode  what `meshcap probe` must pick on this kernel
  * @property {string} why           why that mode is expected (shown when the check fails)
- * @property {boolean} forceIptables  also run the privileged suite with MESHCAP_MODE=iptables here
+ * @property {boolean} forceIptables  on a kernel whose probe picks eBPF: run the suite with MESHCAP_MODE=ebpf,
+ *   then the mode-parametrised tests with MESHCAP_MODE=iptables (iptables forced where eBPF would be chosen)
  */
 
 /** @type {KernelSpec[]} */
@@ -29,7 +30,7 @@ export const MATRIX = [
     // SO_NETNS_COOKIE, which the agent uses to key a pod by its netns, is 5.14.
     expectedMode: 'iptables',
     why: 'SO_NETNS_COOKIE (pod identity) needs 5.14',
-    forceIptables: true,
+    forceIptables: false,
   },
   {
     id: '6.1',
@@ -47,7 +48,7 @@ export const MATRIX = [
     metaPackage: 'linux-image-6.12-amd64',
     expectedMode: 'ebpf',
     why: 'all hooks and helpers present',
-    forceIptables: false,
+    forceIptables: true,
   },
 ];
 
