@@ -20,7 +20,8 @@
 //
 //   node scripts/bench-datapath.mjs [--rounds 5] [--seconds 0.5] [--tests rr1,rr100,crr,stream]
 //        [--legs echo,full] [--modes noproxy,direct,iptables,ebpf,ebpf-splice]
-//        [--cpus APP,PROXY,SERVER (CPU numbers or any)] [--attach-splice-verdict] [--json FILE] [--plot FILE.png]
+//        [--cpus APP,PROXY,SERVER (CPU numbers or any)] [--attach-splice-verdict] [--profile TEST]
+//        [--json FILE] [--plot FILE.png]
 //   node scripts/bench-datapath.mjs --plot-only FILE.json --plot FILE.png
 //
 // Needs root, `npm run build` (dist/, the addon, the BPF objects), haproxy, a
@@ -57,6 +58,7 @@ const { values: opt } = parseArgs({
     plot: { type: 'string' },
     'plot-only': { type: 'string' },
     'attach-splice-verdict': { type: 'boolean', default: false },
+    profile: { type: 'string' },
   },
 });
 
@@ -220,6 +222,10 @@ for (const f of ['dist/loader/datapath.js', 'build/bpf/outbound.bpf.o']) {
 }
 for (const tool of ['haproxy', 'cc', 'taskset', 'setpriv']) {
   try { execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' }); } catch { throw new Error(`${tool} is not installed: run npm run setup`); }
+}
+if (opt.profile && !TESTS[opt.profile]) throw new Error(`--profile wants one test name (${Object.keys(TESTS).join(', ')})`);
+if (opt.profile) {
+  try { execFileSync('sh', ['-c', 'command -v perf'], { stdio: 'ignore' }); } catch { throw new Error('--profile needs perf: apt-get install linux-perf'); }
 }
 if (opt.plot) {
   try { execFileSync('sh', ['-c', 'command -v gnuplot'], { stdio: 'ignore' }); } catch { throw new Error('--plot needs gnuplot: run npm run setup (package gnuplot-nox)'); }
@@ -414,6 +420,77 @@ async function attachSpliceVerdict() {
   }
 }
 
+// ---------------------------------------------------------------- --profile: where the CPU time goes
+
+// Kernel symbols by subsystem. conntrack/NAT/nftables is what iptables mode adds per packet; the
+// BPF programs and the sockmap/sk_msg machinery is what eBPF mode adds.
+// (Not ct_*: that prefix is the kernel's context tracking, not conntrack.)
+const NETFILTER = /^(nf_|nft_|__nf|__nft|ipv4_conntrack|ipv4_confirm|iptable_|ipt_|xt_|hash_conntrack|resolve_normal_ct|init_conntrack|tcp_in_window|get_l4proto)|conntrack|_nat_/;
+const BPF = /^(bpf_|__bpf|__cgroup_bpf|cgroup_bpf|sk_psock|sk_msg|__sk_msg|sock_map|sock_hash|tcp_bpf|htab_|__htab|pcpu_freelist|trie_|sk_storage|array_map)|bpf_prog|sockmap|_bpf_|bpf_lru|local_storage/;
+
+/**
+ * One run of `test` per cell with perf sampling the CPU the app runs on
+ * (cpu-clock, so it works in a VM without PMU access). With the default
+ * placement (app, proxy, server on one CPU) every cycle of the path lands in
+ * the profile, softirqs included, so samples per operation are CPU time per
+ * operation, split by process and kernel subsystem.
+ */
+async function profileCell(cell, testName) {
+  const HZ = 4999;
+  const secs = Math.max(SECONDS, 1);
+  const out = path.join(tmp, `perf-${cell.leg}-${cell.mode}.data`);
+  const rec = spawn('perf', ['record', '-q', '-e', 'cpu-clock', '-F', String(HZ), '-C', APP_CPU, '-o', out, '--', 'sleep', String(secs + 0.3)], { stdio: ['ignore', 'ignore', 'pipe'] });
+  children.push(rec);
+  let recErr = '';
+  rec.stderr.on('data', (d) => { recErr += d; });
+  const recDone = new Promise((res) => rec.once('exit', res));
+  await new Promise((res) => setTimeout(res, 150));
+  const r = await load(cell.pod.ns, cell.target.host, cell.target.port, testName, secs, 0);
+  const code = await recDone;
+  if (code !== 0) throw new Error(`perf record failed (${code}): ${recErr.trim()}`);
+  const { stdout } = await run('perf', ['script', '-i', out, '-F', 'comm,ip,sym,dso'], { maxBuffer: 256 * 2 ** 20 });
+  const role = (comm) => (comm === 'mc-bench-load' ? 'app' : comm === 'haproxy' ? 'proxy' : comm === 'mc-bench-echo' ? (cell.leg === 'echo' ? 'proxy' : 'server') : null);
+  const agg = { samples: 0, idle: 0, other: 0, user: { app: 0, proxy: 0, server: 0 }, kernel: { netfilter: 0, bpf: 0, rest: 0 } };
+  const syms = new Map();
+  for (const line of stdout.split('\n')) {
+    const m = /^\s*(.+?)\s+([0-9a-f]+)\s+(.*?)\s+\((.*)\)\s*$/.exec(line);
+    if (!m) continue;
+    const [, comm, , sym, dso] = m;
+    agg.samples++;
+    if (comm === 'swapper' || comm.startsWith('swapper/')) { agg.idle++; continue; }
+    const who = role(comm);
+    if (!who) { agg.other++; continue; }
+    const kernel = dso.includes('kernel.kallsyms') || dso.includes('bpf') || sym.startsWith('bpf_prog_');
+    if (!kernel) { agg.user[who]++; continue; }
+    const cat = NETFILTER.test(sym) ? 'netfilter' : BPF.test(sym) ? 'bpf' : 'rest';
+    agg.kernel[cat]++;
+    syms.set(sym, (syms.get(sym) ?? 0) + 1);
+  }
+  // µs of CPU per operation (stream: per 64 KiB echoed)
+  const us = (n) => Number(((n / HZ / r.ops) * 1e6).toFixed(2));
+  const busy = agg.samples - agg.idle - agg.other;
+  return {
+    leg: cell.leg, mode: cell.mode, test: testName, ops: r.ops, opsPerSec: r.opsPerSec, samples: agg.samples, otherProcessSamples: agg.other,
+    cpuUsPerOp: us(busy),
+    userUsPerOp: { app: us(agg.user.app), proxy: us(agg.user.proxy), server: us(agg.user.server) },
+    kernelUsPerOp: { netfilter: us(agg.kernel.netfilter), bpf: us(agg.kernel.bpf), rest: us(agg.kernel.rest) },
+    topKernel: [...syms].sort((a, b) => b[1] - a[1]).slice(0, 12).map(([sym, n]) => ({ sym, usPerOp: us(n) })),
+  };
+}
+
+function profileTable(profile, testName) {
+  const lines = ['', `== where the CPU time goes: ${TESTS[testName].label}, µs of CPU per operation (perf cpu-clock samples on the app CPU)`];
+  lines.push(`${'leg/mode'.padEnd(18)} ${'ops/s'.padStart(8)} ${'total'.padStart(7)} ${'app'.padStart(6)} ${'proxy'.padStart(6)} ${'server'.padStart(6)} ${'netfilt'.padStart(7)} ${'bpf'.padStart(6)} ${'kernel'.padStart(7)}  (user: app/proxy/server; kernel: netfilter/bpf/rest)`);
+  for (const p of profile) {
+    lines.push([
+      `${p.leg}/${p.mode}`.padEnd(18), Math.round(p.opsPerSec).toLocaleString('en-US').padStart(8), p.cpuUsPerOp.toFixed(2).padStart(7),
+      p.userUsPerOp.app.toFixed(2).padStart(6), p.userUsPerOp.proxy.toFixed(2).padStart(6), p.userUsPerOp.server.toFixed(2).padStart(6),
+      p.kernelUsPerOp.netfilter.toFixed(2).padStart(7), p.kernelUsPerOp.bpf.toFixed(2).padStart(6), p.kernelUsPerOp.rest.toFixed(2).padStart(7),
+    ].join(' ') + (p.otherProcessSamples > p.samples * 0.05 ? `  (${Math.round((p.otherProcessSamples / p.samples) * 100)}% of samples from other processes)` : ''));
+  }
+  return lines.join('\n');
+}
+
 function machine() {
   const sh = (c, a) => { try { return execFileSync(c, a, { encoding: 'utf8' }).trim(); } catch { return '?'; } };
   return {
@@ -577,6 +654,16 @@ async function main() {
   }
   if (datapathLoaded) setSplice(pinRoot, false);
 
+  let profile = null;
+  if (opt.profile) {
+    profile = [];
+    for (const cell of cells) {
+      if (cell.kind === 'ebpf') setSplice(pinRoot, cell.mode === 'ebpf-splice');
+      profile.push(await profileCell(cell, opt.profile));
+    }
+    if (datapathLoaded) setSplice(pinRoot, false);
+  }
+
   const summary = summarize(results);
   const data = {
     startedAt, finishedAt: new Date().toISOString(), durationS: Math.round((Date.now() - t0) / 1000),
@@ -586,12 +673,13 @@ async function main() {
     foreignCgroupPrograms: foreign,
     splice,
     paths: cells.map((c) => ({ leg: c.leg, mode: c.mode, target: `${c.target.host}:${c.target.port}`, tcpSegsPerExchange: c.segsPerOp, splicedSockets: c.spliced })),
-    summary, results,
+    summary, results, profile,
   };
   console.log(table(summary, legs, tests, modes));
   for (const [leg, sp] of Object.entries(splice)) {
     console.log(`\nsplice on the ${leg} leg: ${sp.engaged ? 'engaged' : 'NOT engaged'} (TCP segments per 1 B exchange in the pod: ${sp.segsPerOpOn.toFixed(2)} with it on, ${sp.segsPerOpOff.toFixed(2)} off)${sp.engaged ? '' : ': ebpf-splice measures sockets sitting in mc_splice without an sk_msg verdict program, not a working splice (see --attach-splice-verdict)'}`);
   }
+  if (profile) console.log(profileTable(profile, opt.profile));
   if (data.otherTests.atStart || data.otherTests.atEnd) console.log('\nwarning: vitest was running on this machine during the run; rerun on a quiet machine for numbers to quote');
   const jsonFile = opt.json ?? path.join(BIN, `datapath-${startedAt.replace(/[:.]/g, '-')}.json`);
   writeFileSync(jsonFile, JSON.stringify(data, null, 1) + '\n');
