@@ -170,17 +170,21 @@ function plot(data, file) {
       panels.push(`set title "${LEGS[leg]}"\nplot ${cols.join(', \\\n  ')}, 1 notitle dt 2 lc 'black'`);
     }
     const m = data.machine;
+    const engaged = Object.values(data.splice ?? {}).some((x) => x.engaged);
+    const spliceNote = data.options.attachSpliceVerdict
+      ? 'ebpf-splice: sk_msg verdict attached by the bench'
+      : engaged ? 'ebpf-splice: as loaded by meshcap' : 'ebpf-splice: as loaded by meshcap, NOT moving bytes (no sk_msg verdict attached)';
     const gp = [
-      `set terminal pngcairo size ${560 * legs.length},520 font 'sans,10'`,
+      `set terminal pngcairo noenhanced size ${560 * legs.length},560 font 'sans,10'`,
       `set output '${path.resolve(file)}'`,
-      `set multiplot layout 1,${legs.length} title "meshcap datapath: rate relative to iptables mode (median of ${data.options.rounds} interleaved rounds, whiskers min..max)\\n${m.cpu} ×${m.cpus}, Linux ${m.kernel}, ${m.haproxy}"`,
+      `set multiplot layout 1,${legs.length} title "meshcap datapath: rate relative to iptables mode (median of ${data.options.rounds} interleaved rounds, whiskers min..max)\\n${m.cpu} ×${m.cpus}, Linux ${m.kernel}, ${m.haproxy}; ${spliceNote}"`,
       'set style data histogram',
       'set style histogram errorbars gap 1 lw 1',
       'set style fill solid 0.8 border -1',
       'set yrange [0:*]',
       'set ylabel "× iptables"',
       'set grid ytics',
-      'set key top left',
+      'set key below horizontal',
       ...panels,
       'unset multiplot',
     ].join('\n');
@@ -475,6 +479,8 @@ async function profileCell(cell, testName) {
     userUsPerOp: { app: us(agg.user.app), proxy: us(agg.user.proxy), server: us(agg.user.server) },
     kernelUsPerOp: { netfilter: us(agg.kernel.netfilter), bpf: us(agg.kernel.bpf), rest: us(agg.kernel.rest) },
     topKernel: [...syms].sort((a, b) => b[1] - a[1]).slice(0, 12).map(([sym, n]) => ({ sym, usPerOp: us(n) })),
+    topNetfilter: [...syms].filter(([sym]) => NETFILTER.test(sym)).sort((a, b) => b[1] - a[1]).slice(0, 6).map(([sym, n]) => ({ sym, usPerOp: us(n) })),
+    topBpf: [...syms].filter(([sym]) => !NETFILTER.test(sym) && BPF.test(sym)).sort((a, b) => b[1] - a[1]).slice(0, 6).map(([sym, n]) => ({ sym, usPerOp: us(n) })),
   };
 }
 
