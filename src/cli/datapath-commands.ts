@@ -23,6 +23,7 @@ export function registerDatapathCommands(program: Command): void {
       }
       const r = await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice ?? false });
       for (const l of r.links) console.log(`${l.action.padEnd(8)} ${l.name.padEnd(14)} link ${l.linkId} prog ${l.progId} -> ${l.pin}`);
+      for (const m of r.mapPrograms) console.log(`attached ${m.name.padEnd(14)} prog ${m.progId} -> map ${m.map}`);
       console.log(`datapath loaded at ${r.cgroup} (pins under ${r.pinRoot})`);
     });
 

@@ -27,6 +27,8 @@ export interface LoadResult {
   pinRoot: string;
   cgroup: string;
   links: LinkState[];
+  /** Programs attached to maps (the splice's sk_msg verdict). */
+  mapPrograms: { name: string; map: string; progId: number }[];
 }
 
 /** A pin under our root that is not what meshcap would have put there. */
@@ -75,11 +77,22 @@ export async function loadDatapath(opts: { pinRoot: string; splice?: boolean; ob
   for (const d of [L.root, L.maps, L.links, L.pods]) mkdirSync(d, { recursive: true });
 
   const links: LinkState[] = [];
+  const mapPrograms: LoadResult['mapPrograms'] = [];
   for (const spec of NODE_OBJECTS) {
     const obj = bpf.openObject(objectPath(spec.file, opts.objectDir), { mapPinDir: L.maps });
     try {
       await obj.load();
       const progs = new Map(obj.programs().map((p) => [p.name, p]));
+      for (const mp of spec.maps ?? []) {
+        const prog = progs.get(mp.name);
+        if (!prog) throw new Error(`${spec.file} has no program ${mp.name}: the build is out of date (npm run setup)`);
+        const attachType = bpf.consts.attachType[mp.attachType];
+        if (attachType === undefined) throw new Error(`unknown attach type ${mp.attachType}`);
+        // Attaching again swaps the program atomically (adopt and upgrade alike).
+        const mapFd = bpf.objGet(path.join(L.maps, mp.map));
+        withFd(mapFd, () => bpf.progAttach(prog.fd, mapFd, attachType));
+        mapPrograms.push({ name: mp.name, map: mp.map, progId: bpf.progInfo(prog.fd).id });
+      }
       for (const cp of spec.cgroup) {
         const prog = progs.get(cp.name);
         if (!prog) throw new Error(`${spec.file} has no program ${cp.name}: the build is out of date (npm run setup)`);
@@ -113,7 +126,7 @@ export async function loadDatapath(opts: { pinRoot: string; splice?: boolean; ob
     }
   }
   setSplice(opts.pinRoot, opts.splice ?? false);
-  return { pinRoot: opts.pinRoot, cgroup, links };
+  return { pinRoot: opts.pinRoot, cgroup, links, mapPrograms };
 }
 
 /** Turn the app<->proxy splice on or off (live, through the settings map). */

@@ -9,9 +9,18 @@ export interface CgroupProgram {
   attachType: string;
 }
 
+/** A program the kernel attaches to a map (no bpf_link: the map holds it). */
+export interface MapProgram {
+  name: string;
+  /** map pin name under <pin root>/maps */
+  map: string;
+  attachType: string;
+}
+
 export interface ObjectSpec {
   file: string;
   cgroup: CgroupProgram[];
+  maps?: MapProgram[];
 }
 
 /** Attached once at the cgroup v2 root. */
@@ -23,7 +32,13 @@ export const NODE_OBJECTS: ObjectSpec[] = [
       { name: 'mc_connect6', attachType: 'CGROUP_INET6_CONNECT' },
     ],
   },
-  { file: 'sockops.bpf.o', cgroup: [{ name: 'mc_sockops', attachType: 'CGROUP_SOCK_OPS' }] },
+  {
+    file: 'sockops.bpf.o',
+    cgroup: [{ name: 'mc_sockops', attachType: 'CGROUP_SOCK_OPS' }],
+    // The splice's verdict: sockets take the map's programs when they are
+    // inserted, so it is attached before sockops can insert any.
+    maps: [{ name: 'mc_splice_msg', map: 'mc_splice', attachType: 'SK_MSG_VERDICT' }],
+  },
   { file: 'origdst.bpf.o', cgroup: [{ name: 'mc_getsockopt', attachType: 'CGROUP_GETSOCKOPT' }] },
   {
     file: 'dns.bpf.o',

@@ -127,6 +127,8 @@ interface Binding {
   linkCreateNetns(progFd: number, netnsPath: string, attachType: number): number;
   linkUpdate(linkFd: number, newProgFd: number, oldProgFd?: number): void;
   linkDetach(linkFd: number): void;
+  progAttach(progFd: number, targetFd: number, attachType: number): void;
+  progDetach(progFd: number, targetFd: number, attachType: number): void;
   linkInfo(fd: number): LinkInfo;
   progInfo(fd: number): ProgInfo;
   mapInfo(fd: number): KernelMapInfo;
@@ -203,6 +205,13 @@ export function linkUpdate(linkFd: number, newProgFd: number, oldProgFd?: number
 }
 export function linkDetach(linkFd: number): void {
   native.linkDetach(linkFd);
+}
+/** bpf_prog_attach to a map (e.g. an sk_msg verdict on a sockhash); replaces the one attached. */
+export function progAttach(progFd: number, targetFd: number, attachType: number): void {
+  native.progAttach(progFd, targetFd, attachType);
+}
+export function progDetach(progFd: number, targetFd: number, attachType: number): void {
+  native.progDetach(progFd, targetFd, attachType);
 }
 export function linkInfo(fd: number): LinkInfo {
   return native.linkInfo(fd);

@@ -28,7 +28,7 @@ export const scaled = (n: number): number => Math.ceil(n * TIME_SCALE);
 
 // ns-agent.mjs's own deadlines for ops called without timeoutMs; only used to
 // stretch them when TIME_SCALE > 1.
-const NS_AGENT_DEADLINES: Record<string, number> = { connect: 5000, connectMany: 20_000, udpAsk: 3000 };
+const NS_AGENT_DEADLINES: Record<string, number> = { connect: 5000, connectMany: 20_000, udpAsk: 3000, pingPong: 10_000 };
 const live = new Set<string>();
 process.once('exit', () => {
   for (const ns of live) {

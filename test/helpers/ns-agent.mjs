@@ -39,6 +39,26 @@ const ops = {
       c.on('error', (e) => { clearTimeout(t); rej(e); });
     });
   },
+  // One connection, `rounds` request/response exchanges of `size` bytes with an
+  // echo server; every answer must equal its request.
+  async pingPong({ host, port, rounds, size = 100, timeoutMs = 10000 }) {
+    return new Promise((res, rej) => {
+      const c = net.connect({ host, port });
+      const t = setTimeout(() => { c.destroy(); rej(new Error(`ping-pong with ${addr(host, port)} stalled (timeout ${timeoutMs} ms)`)); }, timeoutMs);
+      let done = 0; let got = Buffer.alloc(0); let req;
+      const send = () => { req = Buffer.alloc(size, 97 + (done % 26)); c.write(req); };
+      c.on('connect', send);
+      c.on('data', (d) => {
+        got = Buffer.concat([got, d]);
+        if (got.length < size) return;
+        if (got.length > size || !got.equals(req)) { clearTimeout(t); c.destroy(); return rej(new Error(`round ${done}: echo differs`)); }
+        got = Buffer.alloc(0);
+        if (++done === rounds) { clearTimeout(t); c.end(); return res({ rounds: done }); }
+        send();
+      });
+      c.on('error', (e) => { clearTimeout(t); rej(e); });
+    });
+  },
   // Many concurrent connects; returns how many answered exactly "<expectPrefix><payload_i>".
   async connectMany({ host, port, count, payloadBytes = 1000, timeoutMs = 20000 }) {
     let ok = 0; const bad = [];

@@ -60,6 +60,25 @@ void LinkDetach(const Napi::CallbackInfo& info) {
     ThrowNativeError(info.Env(), ErrOf(r), "bpf_link_detach", "link fd " + std::to_string(linkFd));
 }
 
+// Program-to-map attachment (sk_msg verdict on a sockhash): no bpf_link on
+// the kernels we support, the map itself holds the program. Attaching again
+// swaps the program atomically.
+void ProgAttach(const Napi::CallbackInfo& info) {
+  int progFd = ArgFd(info, 0, "progAttach", "progFd");
+  int targetFd = ArgFd(info, 1, "progAttach", "targetFd");
+  uint32_t attachType = ArgU32(info, 2, "progAttach", "attachType");
+  int r = bpf_prog_attach(progFd, targetFd, static_cast<bpf_attach_type>(attachType), 0);
+  if (r < 0) ThrowNativeError(info.Env(), ErrOf(r), "bpf_prog_attach", "target fd " + std::to_string(targetFd));
+}
+
+void ProgDetach(const Napi::CallbackInfo& info) {
+  int progFd = ArgFd(info, 0, "progDetach", "progFd");
+  int targetFd = ArgFd(info, 1, "progDetach", "targetFd");
+  uint32_t attachType = ArgU32(info, 2, "progDetach", "attachType");
+  int r = bpf_prog_detach2(progFd, targetFd, static_cast<bpf_attach_type>(attachType));
+  if (r < 0) ThrowNativeError(info.Env(), ErrOf(r), "bpf_prog_detach2", "target fd " + std::to_string(targetFd));
+}
+
 void ObjPin(const Napi::CallbackInfo& info) {
   int fd = ArgFd(info, 0, "objPin", "fd");
   std::string path = ArgString(info, 1, "objPin", "path");
@@ -88,6 +107,8 @@ void InitLinks(Napi::Env env, Napi::Object exports) {
   exports.Set("linkCreateNetns", Napi::Function::New(env, LinkCreateNetns, "linkCreateNetns"));
   exports.Set("linkUpdate", Napi::Function::New(env, LinkUpdate, "linkUpdate"));
   exports.Set("linkDetach", Napi::Function::New(env, LinkDetach, "linkDetach"));
+  exports.Set("progAttach", Napi::Function::New(env, ProgAttach, "progAttach"));
+  exports.Set("progDetach", Napi::Function::New(env, ProgDetach, "progDetach"));
   exports.Set("objPin", Napi::Function::New(env, ObjPin, "objPin"));
   exports.Set("objGet", Napi::Function::New(env, ObjGet, "objGet"));
   exports.Set("closeFd", Napi::Function::New(env, CloseFd, "closeFd"));

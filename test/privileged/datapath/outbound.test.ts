@@ -3,6 +3,7 @@
 // pods (network namespaces), real connections to servers that exist only
 // inside the test's namespaces, unmodified proxies reading SO_ORIGINAL_DST.
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { execa } from 'execa';
 import { chmodSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -47,6 +48,7 @@ beforeAll(async () => {
       await s.listen(h, 80);
       await s.listen(h, 5555);
     }
+    if (tag === 'srv') await s.listen('198.18.1.2', 7, 'echo');
     if (tag === 'srv') await s.listen('198.18.2.2', 80);
   }
 
@@ -67,6 +69,13 @@ afterAll(async () => {
   await dp?.close();
   if (tmp) rmSync(tmp, { recursive: true, force: true });
 });
+
+/** Tcp OutSegs of a netns (/proc/net/snmp read inside it). */
+async function tcpOutSegs(ns: string): Promise<number> {
+  const { stdout } = await execa('ip', ['netns', 'exec', ns, 'cat', '/proc/net/snmp']);
+  const [names, values] = stdout.split('\n').filter((l) => l.startsWith('Tcp:')).map((l) => l.split(/\s+/));
+  return Number(values![names!.indexOf('OutSegs')]);
+}
 
 const acceptedFor = (p: typeof proxy1, orig: string) => p.accepts().filter((a) => a.orig === orig).length;
 
@@ -214,6 +223,27 @@ const acceptedFor = (p: typeof proxy1, orig: string) => p.accepts().filter((a) =
     }
     const off = await app1.connect('198.18.1.2', 80, payload);
     expect(off.data === `198.18.1.2:80|${payload}`).toBe(true);
+  });
+
+  // The splice must really take the app<->proxy leg off the TCP stack: with
+  // it on, the pod's netns sends TCP segments for the proxy<->server leg only.
+  if (mode === 'ebpf') it('with the splice on, app<->proxy bytes bypass TCP (fewer segments sent in the pod)', async () => {
+    const rounds = 200;
+    const segs = async (on: boolean) => {
+      setSplice(dp.ebpf!.pinRoot, on);
+      try {
+        const before = await tcpOutSegs(pod1.name);
+        expect(await app1.call('pingPong', { host: '198.18.1.2', port: 7, rounds, size: 100 })).toEqual({ rounds });
+        return (await tcpOutSegs(pod1.name)) - before;
+      } finally {
+        setSplice(dp.ebpf!.pinRoot, false);
+      }
+    };
+    const off = await segs(false);
+    const on = await segs(true);
+    // off: app->proxy, proxy->server and proxy->app segments per round; on: proxy->server only
+    expect(off).toBeGreaterThanOrEqual(rounds * 2);
+    expect(on, `segments with the splice on: ${on}, off: ${off}`).toBeLessThan(off * 0.7);
   });
 
   it('goes straight to the destination after the pod is unregistered, leaving nothing behind', async () => {

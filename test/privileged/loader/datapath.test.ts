@@ -70,6 +70,23 @@ describe('datapath loader', () => {
     expect((await cgroupProgs()).filter((p) => p.name === 'mc_connect4' && first.links.some((l) => l.progId === p.id))).toHaveLength(1);
   });
 
+  it('attaches the splice verdict to mc_splice; a second load swaps it, uninstall frees it', async () => {
+    const root = newRoot();
+    const spliceId = async () => (await bpftoolJson<{ id: number }>('map', 'show', 'pinned', path.join(root, 'maps', 'mc_splice'))).id;
+    // sk_msg programs that use this pin root's mc_splice: only the attached one outlives its load
+    const verdicts = async (mapId: number) =>
+      (await bpftoolJson<{ id: number; type: string; map_ids?: number[] }[]>('prog', 'show')).filter((p) => p.type === 'sk_msg' && p.map_ids?.includes(mapId)).map((p) => p.id);
+    const first = await loadDatapath({ pinRoot: root });
+    const mapId = await spliceId();
+    expect(first.mapPrograms.map((m) => [m.name, m.map])).toEqual([['mc_splice_msg', 'mc_splice']]);
+    expect(await verdicts(mapId)).toEqual([first.mapPrograms[0]!.progId]);
+    const second = await loadDatapath({ pinRoot: root });
+    expect(second.mapPrograms[0]!.progId).not.toBe(first.mapPrograms[0]!.progId);
+    await expect.poll(() => verdicts(mapId)).toEqual([second.mapPrograms[0]!.progId]);
+    uninstallDatapath(root);
+    await expect.poll(() => verdicts(mapId)).toEqual([]);
+  });
+
   it('replaces a changed program in place with bpf_link_update (same link, new program)', async () => {
     const root = newRoot();
     const first = await loadDatapath({ pinRoot: root });
