@@ -26,7 +26,7 @@ import { buildInitramfs } from './lib/initramfs.mjs';
 import { ConsoleReader, renderRunScript } from './lib/job.mjs';
 import { selectKernels } from './lib/matrix.mjs';
 import { bootVm, kvmWorks } from './lib/qemu.mjs';
-import { failureLines, parseProbeMode, parseVitestSummary, verifierLines } from './lib/report.mjs';
+import { clip, failedTests, failureLines, parseProbeMode, parseVitestSummary, verifierLines } from './lib/report.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '..', '..');
@@ -170,16 +170,11 @@ function judgeVitest(s, label, problems, details) {
   if (s.rc !== 0 || !sum) {
     problems.push(`${label}: ${s.rc === null ? 'did not finish' : s.rc === 124 ? 'timed out' : `exit ${s.rc}`} (${counts})`);
     const v = verifierLines(s.output);
-    if (v.length) details.push(`${label}: verifier rejected a program:`, ...v.map((l) => `    ${l}`));
-    // Each vitest failure header with the error line that follows it.
-    const failed = [];
-    s.output.forEach((l, i) => {
-      if (!/^\s*FAIL\s/.test(l)) return;
-      const why = s.output.slice(i + 1, i + 4).find((x) => x.trim());
-      failed.push(l.trim(), ...(why ? [`  ${why.trim()}`] : []));
-    });
+    if (v.length) details.push(`${label}: verifier rejected a program:`, ...v.map((l) => `    ${clip(l)}`));
+    // Each failed test, then the error vitest printed under its group.
+    const failed = failedTests(s.output).flatMap((g) => [...g.tests, ...(g.why ? [`  → ${clip(g.why)}`] : [])]);
     if (failed.length) {
-      details.push(`${label}: failed tests:`, ...failed.slice(0, 40).map((l) => `    ${l}`));
+      details.push(`${label}: failed tests:`, ...failed.slice(0, 60).map((l) => `    ${l}`));
     } else if (!v.length) {
       details.push(`${label}:`, ...failureLines(s.output).map((l) => `    ${l}`));
     }

@@ -100,3 +100,30 @@ export function failureLines(lines, max = 15) {
   const src = picked.length ? picked : lines.filter((l) => l.trim());
   return src.slice(-max).map((l) => l.trimEnd());
 }
+
+const FAIL_HEADER = /^\s*FAIL\s/;
+
+/**
+ * vitest's failure blocks: each " FAIL  file > suite > test" header with the
+ * error line below it. Tests that failed for the same error are listed by
+ * vitest as consecutive headers over one error; they stay one group here.
+ * @param {string[]} lines
+ * @returns {{ tests: string[], why: string | null }[]}
+ */
+export function failedTests(lines) {
+  const groups = [];
+  for (let i = 0; i < lines.length; i++) {
+    if (!FAIL_HEADER.test(lines[i])) continue;
+    const tests = [];
+    while (i < lines.length && (FAIL_HEADER.test(lines[i]) || !lines[i].trim())) {
+      if (lines[i].trim()) tests.push(lines[i].trim().replace(/^FAIL\s+/, ''));
+      i++;
+    }
+    const why = i < lines.length ? lines[i].trim() : null;
+    groups.push({ tests, why });
+  }
+  return groups;
+}
+
+/** @param {string} l @param {number} [max] */
+export const clip = (l, max = 300) => (l.length > max ? `${l.slice(0, max - 1)}…` : l);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { failureLines, parseProbeMode, parseVitestSummary, verifierLines } from './report.mjs';
+import { clip, failedTests, failureLines, parseProbeMode, parseVitestSummary, verifierLines } from './report.mjs';
 
 describe('vitest summary', () => {
   it('reads passed/failed/skipped from the Tests line, not Test Files', () => {
@@ -72,5 +72,36 @@ describe('failure lines', () => {
   it('prefers failure headers and assertion messages', () => {
     expect(failureLines(['ok', ' FAIL  a.test.ts > b', 'AssertionError: expected 1 to be 2', 'noise'])).toEqual(
       [' FAIL  a.test.ts > b', 'AssertionError: expected 1 to be 2']);
+  });
+});
+
+describe('failed tests', () => {
+  it('keeps consecutive FAIL headers as one group over the error vitest printed once', () => {
+    // as 5.10 printed it: two tests, one error; then a test with its own error
+    const out = [
+      ' FAIL  |privileged| test/privileged/loader/pod-maps.test.ts > PodMaps > a',
+      ' FAIL  |privileged| test/privileged/loader/pod-maps.test.ts > PodMaps > b',
+      "NativeError: bpf_object__load prog 'mc_sockops': unknown func bpf_get_netns_cookie#122",
+      ' ❯ src/native/addon.ts:166:38',
+      '',
+      ' FAIL  |privileged| test/privileged/native/maps.test.ts > LPM trie > batch',
+      '',
+      'NativeError: bpf_map_update_batch map fd 21 (3 of 3 written): errno 524 (ENOTSUPP)',
+    ];
+    expect(failedTests(out)).toEqual([
+      {
+        tests: ['|privileged| test/privileged/loader/pod-maps.test.ts > PodMaps > a', '|privileged| test/privileged/loader/pod-maps.test.ts > PodMaps > b'],
+        why: "NativeError: bpf_object__load prog 'mc_sockops': unknown func bpf_get_netns_cookie#122",
+      },
+      { tests: ['|privileged| test/privileged/native/maps.test.ts > LPM trie > batch'], why: 'NativeError: bpf_map_update_batch map fd 21 (3 of 3 written): errno 524 (ENOTSUPP)' },
+    ]);
+  });
+  it('has no error line for a header at the very end, and nothing without headers', () => {
+    expect(failedTests([' FAIL  x > y'])).toEqual([{ tests: ['x > y'], why: null }]);
+    expect(failedTests(['all good'])).toEqual([]);
+  });
+  it('clips long lines', () => {
+    expect(clip('x'.repeat(500)).length).toBe(300);
+    expect(clip('short')).toBe('short');
   });
 });
