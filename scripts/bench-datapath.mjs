@@ -20,7 +20,7 @@
 //
 //   node scripts/bench-datapath.mjs [--rounds 5] [--seconds 0.5] [--tests rr1,rr100,crr,stream]
 //        [--legs echo,full] [--modes noproxy,direct,iptables,ebpf,ebpf-splice]
-//        [--cpus APP,PROXY,SERVER (CPU numbers or any)] [--attach-splice-verdict] [--profile TEST]
+//        [--cpus APP,PROXY,SERVER (CPU numbers or any)] [--profile TEST]
 //        [--json FILE] [--plot FILE.png]
 //   node scripts/bench-datapath.mjs --plot-only FILE.json --plot FILE.png
 //
@@ -57,7 +57,6 @@ const { values: opt } = parseArgs({
     json: { type: 'string' },
     plot: { type: 'string' },
     'plot-only': { type: 'string' },
-    'attach-splice-verdict': { type: 'boolean', default: false },
     profile: { type: 'string' },
   },
 });
@@ -171,9 +170,7 @@ function plot(data, file) {
     }
     const m = data.machine;
     const engaged = Object.values(data.splice ?? {}).some((x) => x.engaged);
-    const spliceNote = data.options.attachSpliceVerdict
-      ? 'ebpf-splice: sk_msg verdict attached by the bench'
-      : engaged ? 'ebpf-splice: as loaded by meshcap' : 'ebpf-splice: as loaded by meshcap, NOT moving bytes (no sk_msg verdict attached)';
+    const spliceNote = engaged ? 'ebpf-splice: as loaded by meshcap' : 'ebpf-splice: as loaded by meshcap, NOT moving bytes';
     const gp = [
       `set terminal pngcairo noenhanced size ${560 * legs.length},560 font 'sans,10'`,
       `set output '${path.resolve(file)}'`,
@@ -401,29 +398,6 @@ function tcpOutSegs(ns) {
   return Number(values[names.indexOf('OutSegs')]);
 }
 
-/**
- * --attach-splice-verdict: attach the object's sk_msg program (mc_splice_msg)
- * to the pinned mc_splice sockhash as BPF_SK_MSG_VERDICT, which makes the
- * splice move bytes. The loader (src/loader/datapath.ts) puts sockets into
- * mc_splice but does not attach this program; this shows what it would do.
- * The attachment goes away with the map at uninstall.
- */
-async function attachSpliceVerdict() {
-  const maps = pinLayout(pinRoot).maps;
-  const obj = bpf.openObject(path.join(root, 'build/bpf/sockops.bpf.o'), { mapPinDir: maps });
-  try {
-    await obj.load();
-    const prog = obj.programs().find((p) => p.name === 'mc_splice_msg');
-    if (!prog) throw new Error('build/bpf/sockops.bpf.o has no program mc_splice_msg: npm run build');
-    const id = bpf.progInfo(prog.fd).id;
-    await run('bpftool', ['prog', 'attach', 'id', String(id), 'msg_verdict', 'pinned', path.join(maps, MAP.splice)]);
-    log.info({ event: 'splice-verdict-attached', progId: id });
-    return id;
-  } finally {
-    obj.close();
-  }
-}
-
 // ---------------------------------------------------------------- --profile: where the CPU time goes
 
 // Kernel symbols by subsystem. conntrack/NAT/nftables is what iptables mode adds per packet; the
@@ -543,7 +517,6 @@ async function main() {
     await loadDatapath({ pinRoot, splice: false });
     datapathLoaded = true;
     pods = new EbpfPods(pinRoot);
-    if (opt['attach-splice-verdict']) await attachSpliceVerdict();
   }
 
   const kinds = [...new Set(modes.map((m) => (m === 'noproxy' || m === 'direct' ? 'plain' : m === 'iptables' ? 'iptables' : 'ebpf')))];
@@ -674,7 +647,7 @@ async function main() {
   const data = {
     startedAt, finishedAt: new Date().toISOString(), durationS: Math.round((Date.now() - t0) / 1000),
     machine: machine(),
-    options: { attachSpliceVerdict: opt['attach-splice-verdict'], rounds: ROUNDS, seconds: SECONDS, warmup: WARMUP, tests, legs, modes, cpus: { app: APP_CPU, proxy: PROXY_CPU, server: SERVER_CPU } },
+    options: { rounds: ROUNDS, seconds: SECONDS, warmup: WARMUP, tests, legs, modes, cpus: { app: APP_CPU, proxy: PROXY_CPU, server: SERVER_CPU } },
     otherTests: { atStart: busy, atEnd: otherTests() },
     foreignCgroupPrograms: foreign,
     splice,
@@ -683,7 +656,7 @@ async function main() {
   };
   console.log(table(summary, legs, tests, modes));
   for (const [leg, sp] of Object.entries(splice)) {
-    console.log(`\nsplice on the ${leg} leg: ${sp.engaged ? 'engaged' : 'NOT engaged'} (TCP segments per 1 B exchange in the pod: ${sp.segsPerOpOn.toFixed(2)} with it on, ${sp.segsPerOpOff.toFixed(2)} off)${sp.engaged ? '' : ': ebpf-splice measures sockets sitting in mc_splice without an sk_msg verdict program, not a working splice (see --attach-splice-verdict)'}`);
+    console.log(`\nsplice on the ${leg} leg: ${sp.engaged ? 'engaged' : 'NOT engaged'} (TCP segments per 1 B exchange in the pod: ${sp.segsPerOpOn.toFixed(2)} with it on, ${sp.segsPerOpOff.toFixed(2)} off)${sp.engaged ? '' : ': ebpf-splice does not measure a working splice'}`);
   }
   if (profile) console.log(profileTable(profile, opt.profile));
   if (data.otherTests.atStart || data.otherTests.atEnd) console.log('\nwarning: vitest was running on this machine during the run; rerun on a quiet machine for numbers to quote');

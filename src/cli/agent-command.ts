@@ -26,6 +26,7 @@ interface AgentFlags {
   excludeNamespaces: string;
   podWaitMs: string;
   logLevel: string;
+  splice: boolean;
 }
 
 function podSource(o: AgentFlags, logger: Logger): PodSource {
@@ -53,6 +54,7 @@ export function registerAgentCommand(program: Command): void {
     .addOption(new Option('--state-dir <dir>', 'where attachment records live').default(DEFAULT_STATE_DIR))
     .addOption(new Option('--exclude-namespaces <a,b>', 'namespaces never redirected').default(DEFAULT_EXCLUDE_NAMESPACES.join(',')))
     .addOption(new Option('--pod-wait-ms <ms>', 'how long ADD waits for a pod the source does not know yet').default('5000'))
+    .option('--no-splice', 'eBPF mode: do not splice app<->proxy sockets with sk_msg (on by default)')
     .addOption(new Option('--log-level <level>', 'pino log level').choices(['debug', 'info', 'warn', 'error']).default('info'))
     .action(async (o: AgentFlags) => {
       const logger = pino({ name: 'meshcap-agent', level: o.logLevel });
@@ -68,6 +70,7 @@ export function registerAgentCommand(program: Command): void {
         logger,
         ...(o.metricsAddr ? { metricsAddr: o.metricsAddr } : {}),
         podWaitMs,
+        splice: o.splice,
       });
       await new Promise<void>((resolve) => {
         const stop = (signal: string) => {

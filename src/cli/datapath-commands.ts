@@ -14,14 +14,14 @@ export function registerDatapathCommands(program: Command): void {
     .description('load and attach the eBPF datapath (adopts what is already pinned)')
     .addOption(pinRootOption())
     .addOption(modeOption())
-    .option('--splice', 'splice app<->proxy sockets with sk_msg')
-    .action(async (o: { pinRoot: string; mode: ModeRequest; splice?: boolean }) => {
+    .option('--no-splice', 'do not splice app<->proxy sockets with sk_msg (on by default: docs/bench-datapath.md)')
+    .action(async (o: { pinRoot: string; mode: ModeRequest; splice: boolean }) => {
       const probe = await probeKernel(o.mode);
       if (probe.mode !== 'ebpf') {
         console.log(`mode iptables: nothing to load into the kernel (${probe.reasons.join('; ')})`);
         return;
       }
-      const r = await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice ?? false });
+      const r = await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice });
       for (const l of r.links) console.log(`${l.action.padEnd(8)} ${l.name.padEnd(14)} link ${l.linkId} prog ${l.progId} -> ${l.pin}`);
       for (const m of r.mapPrograms) console.log(`attached ${m.name.padEnd(14)} prog ${m.progId} -> map ${m.map}`);
       console.log(`datapath loaded at ${r.cgroup} (pins under ${r.pinRoot})`);

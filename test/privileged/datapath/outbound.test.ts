@@ -221,8 +221,12 @@ const acceptedFor = (p: typeof proxy1, orig: string) => p.accepts().filter((a) =
     } finally {
       setSplice(pinRoot, false);
     }
-    const off = await app1.connect('198.18.1.2', 80, payload);
-    expect(off.data === `198.18.1.2:80|${payload}`).toBe(true);
+    try {
+      const off = await app1.connect('198.18.1.2', 80, payload);
+      expect(off.data === `198.18.1.2:80|${payload}`).toBe(true);
+    } finally {
+      setSplice(pinRoot, true); // the default
+    }
   });
 
   // The splice must really take the app<->proxy leg off the TCP stack: with
@@ -236,7 +240,7 @@ const acceptedFor = (p: typeof proxy1, orig: string) => p.accepts().filter((a) =
         expect(await app1.call('pingPong', { host: '198.18.1.2', port: 7, rounds, size: 100 })).toEqual({ rounds });
         return (await tcpOutSegs(pod1.name)) - before;
       } finally {
-        setSplice(dp.ebpf!.pinRoot, false);
+        setSplice(dp.ebpf!.pinRoot, true); // the default
       }
     };
     const off = await segs(false);
