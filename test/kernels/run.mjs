@@ -44,7 +44,7 @@ const { values: opt } = parseArgs({
     smoke: { type: 'boolean', default: false },
     'verifier-demo': { type: 'boolean', default: false },
     accel: { type: 'string', default: process.env.MESHCAP_VM_ACCEL ?? 'auto' },
-    timeout: { type: 'string', default: '2400' },
+    timeout: { type: 'string', default: '3600' },
     // How many times slower than the host the guest is; stretches test deadlines (MESHCAP_TEST_TIME_SCALE).
     'time-scale': { type: 'string' },
     refresh: { type: 'boolean', default: false },
