@@ -171,6 +171,11 @@ std::vector<uint8_t> Pack(const Napi::CallbackInfo& info, size_t i, const char* 
 
 bool NoBatchSupport(int err) { return err == EINVAL || err == kENOTSUPP || err == EOPNOTSUPP; }
 
+// A map type without batch ops fails before the kernel writes `count` back,
+// so libbpf hands back the count we passed in (0 on some paths): either way
+// nothing was processed.
+bool NothingProcessed(uint32_t count, uint32_t asked) { return count == 0 || count == asked; }
+
 void MapUpdateBatch(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int fd = ArgFd(info, 0, "mapUpdateBatch", "fd");
@@ -185,7 +190,7 @@ void MapUpdateBatch(const Napi::CallbackInfo& info) {
   int r = bpf_map_update_batch(fd, keys.data(), values.data(), &count, nullptr);
   if (r == 0) return;
   int err = ErrOf(r);
-  if (!(NoBatchSupport(err) && count == 0))
+  if (!(NoBatchSupport(err) && NothingProcessed(count, nk)))
     ThrowNativeError(env, err, "bpf_map_update_batch",
                      MapObj(fd) + " (" + std::to_string(count) + " of " + std::to_string(nk) + " written)");
   // Map type without batch ops (e.g. LPM trie, or kernels < 5.6): one by one.
@@ -216,14 +221,14 @@ Napi::Value MapDeleteBatch(const Napi::CallbackInfo& info) {
         break;
       }
       int err = ErrOf(r);
+      if (NoBatchSupport(err) && NothingProcessed(count, nk - pos)) {
+        batch = false;
+        continue;
+      }
       deleted += count;
       pos += count;
       if (err == ENOENT) {  // keys[pos] was absent; the batch stopped there
         pos++;
-        continue;
-      }
-      if (NoBatchSupport(err) && count == 0) {
-        batch = false;
         continue;
       }
       ThrowNativeError(env, err, "bpf_map_delete_batch", MapObj(fd));
