@@ -8,7 +8,8 @@ import path from 'node:path';
 import { execa } from 'execa';
 import { pino } from 'pino';
 import { stringify } from 'yaml';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { describeEbpf } from '../../helpers/datapaths.js';
 import { startAgent, type Agent } from '../../../src/agent/agent.js';
 import { configOf, cookieOf } from '../../../src/agent/state-store.js';
 import { FileSource } from '../../../src/kube/file-source.js';
@@ -19,7 +20,7 @@ import { cni, requireCniBinary } from './cni-harness.js';
 
 const N = 100;
 
-describe('100 concurrent ADDs then 100 DELs (eBPF mode)', () => {
+describeEbpf('100 concurrent ADDs then 100 DELs (eBPF mode)', () => {
   const lab = new Lab();
   const pinRoot = testPinRoot();
   let tmp: string;

@@ -1,7 +1,8 @@
 // The loader on this kernel, with bpftool as an independent observer: pins
 // under the pin root, adoption on a second load, in-place replacement by a
 // newer build, refusal to overwrite foreign pins, and a complete uninstall.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { describeEbpf } from '../../helpers/datapaths.js';
 import { execa } from 'execa';
 import { cpSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -45,7 +46,7 @@ beforeAll(async () => {
 });
 afterAll(() => rmSync(variantDir, { recursive: true, force: true }));
 
-describe('datapath loader', () => {
+describeEbpf('datapath loader', () => {
   it('attaches every program at the cgroup v2 root through pinned links that bpftool sees', async () => {
     const root = newRoot();
     const r = await loadDatapath({ pinRoot: root });

@@ -1,7 +1,8 @@
 // PodMaps against the pinned maps of a loaded datapath: a pod's entries
 // follow its config (stale CIDR/port entries go, others' entries stay), and
 // a fresh PodMaps (an agent restart) removes entries an earlier one wrote.
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, expect, it } from 'vitest';
+import { describeEbpf } from '../../helpers/datapaths.js';
 import { existsSync } from 'node:fs';
 import { loadDatapath, uninstallDatapath } from '../../../src/loader/datapath.js';
 import { PodMaps } from '../../../src/maps/registry.js';
@@ -15,21 +16,22 @@ const maps = () => {
   open.push(m);
   return m;
 };
-beforeEach(async () => {
-  root = testPinRoot();
-  await loadDatapath({ pinRoot: root });
-});
-afterEach(() => {
-  for (const m of open.splice(0)) m.close();
-  if (existsSync(root)) uninstallDatapath(root);
-});
 
 const cfg = (annotations: Record<string, string>) => istioCapture({ annotations });
 const A = 0x1111n;
 const B = 0x2222n;
 const IP = ['198.18.0.10'];
 
-describe('PodMaps', () => {
+describeEbpf('PodMaps', () => {
+  beforeEach(async () => {
+    root = testPinRoot();
+    await loadDatapath({ pinRoot: root });
+  });
+  afterEach(() => {
+    for (const m of open.splice(0)) m.close();
+    if (existsSync(root)) uninstallDatapath(root);
+  });
+
   it('a re-written pod keeps exactly its new entries and leaves other pods alone', () => {
     const m = maps();
     const wide = cfg({ 'traffic.sidecar.istio.io/excludeOutboundPorts': '1,2,3,4', 'traffic.sidecar.istio.io/excludeOutboundIPRanges': '198.19.0.0/16,198.19.1.0/24' });

@@ -1,12 +1,13 @@
 // netnsCookie on real namespaces, getOriginalDst's error path on a plain TCP
 // socket (the positive case is covered through the datapath tests).
 import { afterAll, describe, expect, it } from 'vitest';
+import { describeEbpf } from '../../helpers/datapaths.js';
 import net from 'node:net';
 import * as bpf from '../../../src/native/addon.js';
 import { NativeError } from '../../../src/native/errors.js';
 import { makeNetns, removeNetns } from './kernel-env.js';
 
-describe('netnsCookie', () => {
+describeEbpf('netnsCookie', () => {
   let ns: { name: string; path: string } | undefined;
   afterAll(() => removeNetns(ns?.name));
 
