@@ -12,6 +12,7 @@ interface SandboxFlags {
   meshed: string;
   connections: string;
   intervalMs: string;
+  startupTimeoutMs: string;
   json?: boolean;
   verbose?: boolean;
 }
@@ -31,6 +32,7 @@ export function registerSandboxCommand(program: Command): void {
     .addOption(new Option('--meshed <n>', 'meshed pods').default('3'))
     .addOption(new Option('--connections <n>', 'connections each client pod makes per mode').default('60'))
     .addOption(new Option('--interval-ms <ms>', 'pause between a pod\'s connections').default('100'))
+    .addOption(new Option('--startup-timeout-ms <ms>', 'how long the agent, each sidecar and the server may take to start (slow or emulated machines)').default('60000'))
     .option('--json', 'print the full report as JSON on stdout (the live output goes to stderr)')
     .option('--verbose', 'print every check, not only failed ones')
     .action(async (o: SandboxFlags) => {
@@ -45,6 +47,7 @@ export function registerSandboxCommand(program: Command): void {
           meshed: intFlag('--meshed', o.meshed),
           connections: intFlag('--connections', o.connections),
           intervalMs: intFlag('--interval-ms', o.intervalMs),
+          startupTimeoutMs: intFlag('--startup-timeout-ms', o.startupTimeoutMs),
           // With --json, stdout carries only the report; the human output goes to stderr.
           out: o.json ? process.stderr : process.stdout,
           live: (o.json ? process.stderr : process.stdout).isTTY === true,

@@ -74,7 +74,7 @@ export async function startSandboxAgent(plan: SandboxPlan, mode: Mode, cleanup: 
   };
   cleanup.add(`meshcap agent (${mode}) and its pins ${pinRoot}`, stop);
   // The agent loads and attaches the datapath before it serves: under load that takes seconds.
-  const ready = await abortable(proc.waitFor(/"msg":"meshcap agent ready"/, 60_000, signal), signal).catch((e: Error) => {
+  const ready = await abortable(proc.waitFor(/"msg":"meshcap agent ready"/, plan.startupTimeoutMs, signal), signal).catch((e: Error) => {
     throw new Error(`the meshcap agent did not start in ${mode} mode: ${e.message}${proc.lines.length ? tail(proc.lines.join('\n'), 4) : ''}`);
   });
   const r = JSON.parse(ready) as { mode: Mode; reasons?: string[] };

@@ -33,6 +33,8 @@ export interface SandboxPlan {
   /** Connections each client pod makes per mode (bounded). */
   connections: number;
   intervalMs: number;
+  /** How long the agent, each sidecar and the server may take to start. */
+  startupTimeoutMs: number;
   proxyUid: number;
 }
 
@@ -45,6 +47,7 @@ export interface PlanOptions {
   meshed?: number;
   connections?: number;
   intervalMs?: number;
+  startupTimeoutMs?: number;
   runRoot?: string;
 }
 
@@ -57,6 +60,8 @@ export function makePlan(o: PlanOptions = {}): SandboxPlan {
   if (!Number.isInteger(connections) || connections < 1 || connections > 10_000) throw new Error(`--connections ${connections}: 1..10000 per pod`);
   const intervalMs = o.intervalMs ?? 100;
   if (!Number.isInteger(intervalMs) || intervalMs < 0 || intervalMs > 10_000) throw new Error(`--interval-ms ${intervalMs}: 0..10000`);
+  const startupTimeoutMs = o.startupTimeoutMs ?? 60_000;
+  if (!Number.isInteger(startupTimeoutMs) || startupTimeoutMs < 1000 || startupTimeoutMs > 3_600_000) throw new Error(`--startup-timeout-ms ${startupTimeoutMs}: 1000..3600000`);
   const runDir = path.join(o.runRoot ?? SANDBOX_RUN_ROOT, id);
   // 198.19.N.0/24: the upper half of the benchmark range, N from the id, so
   // two concurrent runs are unlikely to share numbers (harmless if they do:
@@ -79,6 +84,7 @@ export function makePlan(o: PlanOptions = {}): SandboxPlan {
     serverPorts: [8080, 9090],
     connections,
     intervalMs,
+    startupTimeoutMs,
     proxyUid: 1337,
   };
 }

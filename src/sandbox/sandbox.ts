@@ -184,12 +184,12 @@ async function runPhase(mode: Mode, plan: SandboxPlan, rt: Runtime, cleanup: Cle
       const proxy = rt.run(pod, 'istio-proxy', [process.execPath, MESHCAP, 'proxy'], { uid: plan.proxyUid });
       proxy.onLine((l) => onProxyLine(v, l));
       sidecars.push(proxy);
-      await proxy.waitFor(/"event":"ready"/, 60_000, signal);
+      await proxy.waitFor(/"event":"ready"/, plan.startupTimeoutMs, signal);
     }),
   );
   const failedPod = created.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (failedPod) throw failedPod.reason;
-  await serverProc.waitFor(/"event":"ready"/, 60_000, signal);
+  await serverProc.waitFor(/"event":"ready"/, plan.startupTimeoutMs, signal);
   applyCniEvents(agent, views);
   screen.log(`pods: ${plan.pods.length} on ${plan.subnet} via CNI ADD (bridge → host-local → meshcap-cni → agent) in ${Math.round(performance.now() - tPods)} ms; server ${server.ip}:${plan.serverPorts.join(',')}`);
 

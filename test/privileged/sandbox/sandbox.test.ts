@@ -118,7 +118,7 @@ describe('meshcap sandbox', () => {
 
   it('podman: containers on the chained network, ADD/DEL reach meshcap, outbound connections reach the sidecar with their original destination (eBPF, then iptables)', async () => {
     let log = '';
-    const r = await runSandbox({ runtime: 'podman', modes: MODES, connections: 20, intervalMs: 20, out: { write: (s: string) => (log += s) } });
+    const r = await runSandbox({ runtime: 'podman', modes: MODES, startupTimeoutMs: scaled(60_000), connections: 20, intervalMs: 20, out: { write: (s: string) => (log += s) } });
     expect(r.error, log).toBeUndefined();
     expect(r.runtime.kind).toBe('podman');
     expectPhases(r, 'podman', 20);
@@ -131,7 +131,7 @@ describe('meshcap sandbox', () => {
 
   it('without podman: the same CNI chain on plain network namespaces, and it says so', async () => {
     let log = '';
-    const r = await runSandbox({ runtime: 'netns', modes: MODES, connections: 10, intervalMs: 10, meshed: 2, out: { write: (s: string) => (log += s) } });
+    const r = await runSandbox({ runtime: 'netns', modes: MODES, startupTimeoutMs: scaled(60_000), connections: 10, intervalMs: 10, meshed: 2, out: { write: (s: string) => (log += s) } });
     expect(r.error, log).toBeUndefined();
     expect(r.runtime.kind).toBe('netns');
     expect(log).toMatch(/runtime: plain network namespaces, the CNI chain run by the sandbox itself/);
@@ -142,7 +142,7 @@ describe('meshcap sandbox', () => {
   }, scaled(180_000));
 
   it('Ctrl-C during traffic: exit 130 and nothing left behind', async () => {
-    const c = startCli(['--runtime', 'podman', '--modes', MODES.join(','), '--connections', '400', '--interval-ms', '50']);
+    const c = startCli(['--runtime', 'podman', '--modes', MODES.join(','), '--startup-timeout-ms', String(scaled(60_000)), '--connections', '400', '--interval-ms', '50']);
     started.push(c.p);
     await c.until(/traffic: /, scaled(90_000));
     const id = c.id()!;
@@ -157,7 +157,7 @@ describe('meshcap sandbox', () => {
   }, scaled(180_000));
 
   it('killed outright (SIGKILL): the next run removes what it left', async () => {
-    const c = startCli(['--runtime', 'podman', '--modes', MODES.join(','), '--connections', '400', '--interval-ms', '50']);
+    const c = startCli(['--runtime', 'podman', '--modes', MODES.join(','), '--startup-timeout-ms', String(scaled(60_000)), '--connections', '400', '--interval-ms', '50']);
     started.push(c.p);
     await c.until(/traffic: /, scaled(90_000));
     const id = c.id()!;

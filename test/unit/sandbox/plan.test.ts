@@ -41,6 +41,7 @@ describe('sandbox plan', () => {
     expect(() => makePlan({ meshed: 0 })).toThrow(/--meshed/);
     expect(() => makePlan({ connections: 0 })).toThrow(/--connections/);
     expect(() => makePlan({ intervalMs: -1 })).toThrow(/--interval-ms/);
+    expect(() => makePlan({ startupTimeoutMs: 10 })).toThrow(/--startup-timeout-ms/);
   });
 
   it('writes pods that Istio\'s meshed-pod test (the agent\'s own) decides as planned', () => {
