@@ -202,7 +202,7 @@ async function runKernel(spec, accel) {
   try {
     const initrd = await buildInitramfs({
       kernel, workDir,
-      env: { NONCE: nonce, RELEASE: kernel.release, MODULES_DIR: kernel.modulesDir, KERNEL_DIR: kernel.dir, PRELOAD_MODULES: PRELOAD },
+      env: { NONCE: nonce, RELEASE: kernel.release, MODULES_DIR: kernel.modulesDir, KERNEL_DIR: kernel.dir, PRELOAD_MODULES: PRELOAD, REPO_DIR: repo },
       runScript: renderRunScript({ nonce, repo, steps }),
     });
     log.info({ kernel: spec.id, release: kernel.release, accel, steps: steps.map((s) => s.name), console: consoleLog }, 'booting');

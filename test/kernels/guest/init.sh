@@ -63,6 +63,19 @@ mount -t devpts -o newinstance,ptmxmode=0666 devpts $R/dev/pts
 mount -t tmpfs shm $R/dev/shm
 mount -t tmpfs -o mode=1777 tmp $R/tmp
 mount -t tmpfs -o mode=0755 run $R/run
+# The project may live where the guest has just mounted a fresh tmpfs (a
+# clone under /tmp, say): expose its parent from the host, so the project and
+# ../shared beside it are there, writable through an overlay like the root.
+if [ ! -d "$R$REPO_DIR" ]; then
+	P=$(dirname "$REPO_DIR")
+	mkdir -p "$R$P" /scratch/repo-upper /scratch/repo-work
+	if [ "$ROOTFS" = overlay ]; then
+		mount -t overlay repo -o "lowerdir=/host$P,upperdir=/scratch/repo-upper,workdir=/scratch/repo-work" "$R$P" ||
+			fail "overlay of the project's parent $P failed"
+	else
+		mount --bind "/host$P" "$R$P" || fail "bind of the project's parent $P failed"
+	fi
+fi
 mount -t bpf bpf $R/sys/fs/bpf || fail "bpffs mount failed"
 mount -t cgroup2 cgroup2 $R/sys/fs/cgroup || fail "cgroup2 mount failed"
 mount -t tracefs tracefs $R/sys/kernel/tracing 2>/dev/null
