@@ -1,6 +1,9 @@
 // Drives the agent the way a container runtime does: exec the real
 // build/bin/meshcap-cni with CNI env + stdin, read stdout + exit code.
-import { existsSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { closeSync, existsSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { execa } from 'execa';
 import { cniBinary } from '../../../src/paths.js';
 
@@ -55,8 +58,21 @@ export async function cni(command: string, c: CniCall): Promise<CniRun> {
   if (c.netns) env.CNI_NETNS = c.netns;
   env.CNI_IFNAME = c.ifname ?? 'eth0';
   if (c.pod) env.CNI_ARGS = `IgnoreUnknown=1;K8S_POD_NAMESPACE=${c.namespace ?? 'default'};K8S_POD_NAME=${c.pod};K8S_POD_INFRA_CONTAINER_ID=${c.containerId ?? ''}`;
+  // stdin is a file the child inherits, as a runtime's stdin is written at
+  // once: with execa's `input`, node writes it from the event loop, which a
+  // burst of 100 spawns on an emulated CPU stalls past the plugin's 5 s
+  // stdin deadline before the first write.
+  const file = path.join(os.tmpdir(), `meshcap-cni-stdin-${process.pid}-${randomBytes(4).toString('hex')}.json`);
+  writeFileSync(file, netConf(c));
+  const fd = openSync(file, 'r');
   const t0 = performance.now();
-  const r = await execa(cniBinary, [], { env, extendEnv: false, input: netConf(c), reject: false, timeout: 60_000 });
+  let r;
+  try {
+    r = await execa(cniBinary, [], { env, extendEnv: false, stdin: fd, reject: false, timeout: 60_000 });
+  } finally {
+    closeSync(fd);
+    rmSync(file, { force: true });
+  }
   const ms = performance.now() - t0;
   let json: Record<string, unknown> | undefined;
   try {
