@@ -68,7 +68,8 @@ export async function cni(command: string, c: CniCall): Promise<CniRun> {
   const t0 = performance.now();
   let r;
   try {
-    r = await execa(cniBinary, [], { env, extendEnv: false, stdin: fd, reject: false, timeout: 60_000 });
+    // execa hands any fd number to spawn; its types list only 0 and 3-9
+    r = await execa(cniBinary, [], { env, extendEnv: false, stdin: fd as unknown as 3, reject: false, timeout: 60_000 });
   } finally {
     closeSync(fd);
     rmSync(file, { force: true });

@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Command } from 'commander';
@@ -51,10 +51,15 @@ describe('meshcap iptables render', () => {
       metadata: { name: 'p', annotations: { 'traffic.sidecar.istio.io/excludeOutboundPorts': '5555' } },
       spec: { containers: [{ name: 'app' }, { name: 'istio-proxy', securityContext: { runAsUser: 1000 } }] },
     };
-    writeFileSync(join(dir, 'pod.yaml'), stringify(pod));
-    writeFileSync(join(dir, 'pod.json'), JSON.stringify(pod));
-    const y = await run(['iptables', 'render', '--pod', join(dir, 'pod.yaml')]);
-    const j = await run(['iptables', 'render', `--pod=${join(dir, 'pod.json')}`]);
+    let y, j;
+    try {
+      writeFileSync(join(dir, 'pod.yaml'), stringify(pod));
+      writeFileSync(join(dir, 'pod.json'), JSON.stringify(pod));
+      y = await run(['iptables', 'render', '--pod', join(dir, 'pod.yaml')]);
+      j = await run(['iptables', 'render', `--pod=${join(dir, 'pod.json')}`]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
     expect(y.out).toBe(j.out);
     expect(y.out).toContain('-A ISTIO_OUTPUT -p udp --dport 5555 -j RETURN\n');
     expect(y.out).toContain('--uid-owner 1000 ');
