@@ -27,7 +27,7 @@ export interface AgentOptions {
   logger: Logger;
   /** HOST:PORT for /healthz, /readyz, /metrics; none when undefined. */
   metricsAddr?: string;
-  /** The app<->proxy sk_msg splice (eBPF mode; default on). */
+  /** The app<->proxy sk_msg splice (eBPF mode; the loader turns it on unless false). */
   splice?: boolean;
   /** How long ADD waits for an unknown pod (default 5000 ms, below the forwarder's 10 s timeout). */
   podWaitMs?: number;
@@ -83,7 +83,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       reasons = probe.reasons;
     }
     if (mode === 'ebpf') {
-      await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice ?? true });
+      await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice });
       ebpf = new EbpfPods(o.pinRoot);
     }
     datapathLoaded = true;
