@@ -1,8 +1,9 @@
 // The node agent's life cycle: probe -> mode; eBPF: load (adopting pins) and
-// open the pod maps; state dir; pod source synced; reconcile what a previous
-// agent left; serve CNI; ready. close() stops serving and leaves the datapath
-// in place: traffic keeps flowing while the agent is down.
-import { existsSync } from 'node:fs';
+// open the pod maps; state dir; pod source synced; reconcile the records
+// against the kernel (restore what the datapath lost, drop pods whose netns
+// is gone); serve CNI; ready; then a periodic self-check that repairs drift.
+// close() stops serving and leaves the datapath in place: traffic keeps
+// flowing while the agent is down.
 import type { Logger } from 'pino';
 import { startCniServer, type CniServer } from '../cni/server.js';
 import type { CniHandlers } from '../cni/types.js';
@@ -13,9 +14,11 @@ import { probeKernel } from '../loader/probe.js';
 import { EbpfPods } from '../maps/ebpf-pods.js';
 import { createAgentHandlers } from './handlers.js';
 import { startHttpEndpoint, type HttpEndpoint } from './http.js';
+import { KeyedLock } from './keyed-lock.js';
 import { createMetrics, type AgentMetrics } from './metrics.js';
 import { PodDatapath } from './pod-datapath.js';
-import { cookieOf, StateStore } from './state-store.js';
+import { nodeDatapathProblems, reconcilePods, type PodProblemReporter, type ReconcileReport } from './reconcile.js';
+import { StateStore } from './state-store.js';
 
 export interface AgentOptions {
   socketPath: string;
@@ -31,6 +34,10 @@ export interface AgentOptions {
   splice?: boolean;
   /** How long ADD waits for an unknown pod (default 5000 ms, below the forwarder's 10 s timeout). */
   podWaitMs?: number;
+  /** Period of the self-check that compares every record with the kernel and repairs drift (default 30000 ms; 0: off). */
+  selfCheckMs?: number;
+  /** Posts a pod Event when a pod cannot be restored (the API source does in a cluster). */
+  reporter?: PodProblemReporter;
 }
 
 export interface Agent {
@@ -38,8 +45,13 @@ export interface Agent {
   handlers: CniHandlers;
   metrics: AgentMetrics;
   store: StateStore;
-  ebpf: EbpfPods | null;
+  /** The node's pod maps (replaced if a self-check has to reload the datapath). */
+  readonly ebpf: EbpfPods | null;
   http: HttpEndpoint | undefined;
+  /** What the start-up reconcile did. */
+  startup: ReconcileReport;
+  /** Runs the self-check now (the timer runs it every selfCheckMs). */
+  selfCheck(): Promise<ReconcileReport>;
   /** undefined when ready, else why not. */
   notReady(): string | undefined;
   close(): Promise<void>;
@@ -53,6 +65,9 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
   let http: HttpEndpoint | undefined;
   let datapathLoaded = false;
   let closing = false;
+  let timer: NodeJS.Timeout | undefined;
+  let datapath: PodDatapath | undefined;
+  let running: Promise<ReconcileReport> | undefined;
 
   const notReady = (): string | undefined => {
     if (closing) return 'shutting down';
@@ -67,10 +82,12 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
 
   const cleanup = async () => {
     closing = true;
+    if (timer) clearInterval(timer);
+    await running?.catch(() => undefined);
     await server?.close();
     await o.podSource.stop();
     await http?.close();
-    ebpf?.close();
+    (datapath?.ebpf ?? ebpf)?.close();
   };
 
   try {
@@ -88,22 +105,54 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
     }
     datapathLoaded = true;
 
-    const metrics = createMetrics(store, ebpf);
+    const metrics = createMetrics(store, () => datapath?.ebpf ?? ebpf);
     if (o.metricsAddr) http = await startHttpEndpoint(o.metricsAddr, metrics.registry, notReady);
 
     await o.podSource.start();
-    const datapath = new PodDatapath(ebpf, log);
+    const dp = new PodDatapath(ebpf, log);
+    datapath = dp;
+    const lock = new KeyedLock();
     const base = createAgentHandlers({
       pods: o.podSource,
       store,
-      datapath,
+      datapath: dp,
       nodeMode: mode,
       excludeNamespaces: o.excludeNamespaces,
       podWaitMs: o.podWaitMs ?? 5000,
       logger: log,
       notReady,
+      lock,
     });
-    const reconciled = await reconcile(store, ebpf, base.removeAttachment, log);
+    const deps = {
+      store,
+      datapath: dp,
+      nodeMode: mode,
+      lock,
+      removeAttachment: base.removeAttachment,
+      pinRoot: o.pinRoot,
+      logger: log,
+      ...(o.reporter ? { reporter: o.reporter } : {}),
+      onOutcome: metrics.reconciled,
+    };
+    const pass = async (trigger: 'start' | 'self-check', sweepOrphans: boolean): Promise<ReconcileReport> => {
+      // The node-wide datapath first: pod entries written into maps no
+      // program reads would "restore" nothing.
+      if (dp.ebpf) {
+        const lost = nodeDatapathProblems(o.pinRoot, dp.ebpf);
+        if (lost.length > 0) {
+          log.error({ problems: lost, pinRoot: o.pinRoot }, 'the node eBPF datapath is gone: loading it again');
+          await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice });
+          const old = dp.ebpf;
+          dp.ebpf = new EbpfPods(o.pinRoot);
+          old.close();
+          metrics.nodeReloaded();
+        }
+      }
+      const r = await reconcilePods(deps, trigger, { sweepOrphans });
+      metrics.setUnrestored(r.failed);
+      return r;
+    };
+    const startup = await pass('start', true);
     const handlers = metrics.instrument(base);
     server = await startCniServer({ socketPath: o.socketPath, handlers, logger: log.child({ component: 'cni' }) });
 
@@ -115,18 +164,47 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       stateDir: o.stateDir,
       pods: o.podSource.list().length,
       attachments: store.list().length,
-      ...reconciled,
+      restored: startup.restored,
+      dropped: startup.dropped,
+      notRestored: startup.failed,
+      listenersRegistered: startup.listenersRegistered,
+      orphansSwept: startup.orphansSwept,
+      reconcileMs: startup.ms,
       metrics: http ? `${http.address.address}:${http.address.port}` : undefined,
       startupMs: Math.round(performance.now() - t0),
     }, 'meshcap agent ready');
+
+    const selfCheck = (): Promise<ReconcileReport> => {
+      // One pass at a time: a slow pass is joined, not stacked.
+      running ??= pass('self-check', false).finally(() => {
+        running = undefined;
+      });
+      return running;
+    };
+    const every = o.selfCheckMs ?? 30_000;
+    if (every > 0) {
+      timer = setInterval(() => {
+        if (closing) return;
+        selfCheck().then((r) => {
+          if (r.restored + r.dropped + r.failed > 0) {
+            log.info({ restored: r.restored, dropped: r.dropped, notRestored: r.failed, ms: r.ms }, 'self-check repaired drift');
+          }
+        }, (err: unknown) => log.error({ err }, 'self-check failed'));
+      }, every);
+      timer.unref();
+    }
 
     return {
       mode,
       handlers,
       metrics,
       store,
-      ebpf,
+      get ebpf() {
+        return dp.ebpf;
+      },
       http,
+      startup,
+      selfCheck,
       notReady,
       close: cleanup,
     };
@@ -134,38 +212,4 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
     await cleanup().catch(() => undefined);
     throw err;
   }
-}
-
-/**
- * What changed while no agent was running: attachments whose netns is gone
- * (their DEL went unanswered) are removed, and eBPF pod entries that no record
- * owns (an agent died between map write and record) are swept. Runs before
- * the CNI socket serves, so no ADD can be in flight.
- */
-async function reconcile(
-  store: StateStore,
-  ebpf: EbpfPods | null,
-  remove: (rec: ReturnType<StateStore['list']>[number]) => Promise<void>,
-  log: Logger,
-): Promise<{ staleRemoved: number; orphansSwept: number }> {
-  let staleRemoved = 0;
-  for (const rec of store.list()) {
-    if (existsSync(rec.netns)) continue;
-    try {
-      await remove(rec);
-      staleRemoved++;
-    } catch (err) {
-      log.warn({ pod: `${rec.podNamespace}/${rec.podName}`, err }, 'cannot remove a stale attachment');
-    }
-  }
-  let orphansSwept = 0;
-  if (ebpf) {
-    const owned = new Set(store.list().filter((r) => r.mode === 'ebpf').map((r) => cookieOf(r)));
-    for (const cookie of ebpf.pods()) {
-      if (owned.has(cookie)) continue;
-      ebpf.unregister(cookie);
-      orphansSwept++;
-    }
-  }
-  return { staleRemoved, orphansSwept };
 }

@@ -35,6 +35,8 @@ export interface AgentHandlerDeps {
   logger: Logger;
   /** Readiness for STATUS: undefined when ready, else why not. */
   notReady(): string | undefined;
+  /** Per-container lock, shared with the reconciler so a restore never races an ADD or DEL. */
+  lock?: KeyedLock;
 }
 
 function podRef(req: CniRequest): { ns: string; name: string } {
@@ -54,7 +56,7 @@ export function targetOf(rec: AttachmentRecord): PodTarget {
 }
 
 export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { removeAttachment(rec: AttachmentRecord): Promise<void> } {
-  const lock = new KeyedLock();
+  const lock = d.lock ?? new KeyedLock();
   const log = d.logger.child({ component: 'cni' });
 
   /** Undo one attachment and forget it; the netns may be gone. */

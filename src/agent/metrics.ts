@@ -8,11 +8,17 @@ import { cookieOf, type StateStore } from './state-store.js';
 
 export interface AgentMetrics {
   registry: Registry;
+  /** One pod outcome of a reconcile pass (start, self-check). */
+  reconciled(outcome: 'ok' | 'restored' | 'dropped' | 'failed', trigger: string): void;
+  /** A self-check found the node-wide datapath gone and reloaded it. */
+  nodeReloaded(): void;
+  /** Pods whose datapath could not be restored in the last pass. */
+  setUnrestored(n: number): void;
   /** Wraps handlers so every verb is counted and timed. */
   instrument<H extends CniHandlers>(h: H): H;
 }
 
-export function createMetrics(store: StateStore, ebpf: EbpfPods | null): AgentMetrics {
+export function createMetrics(store: StateStore, ebpfNow: () => EbpfPods | null): AgentMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'meshcap_agent_' });
 
@@ -48,6 +54,7 @@ export function createMetrics(store: StateStore, ebpf: EbpfPods | null): AgentMe
     registers: [registry],
     collect() {
       this.reset();
+      const ebpf = ebpfNow();
       if (!ebpf) return;
       for (const r of store.list()) {
         const cookie = cookieOf(r);
@@ -62,6 +69,24 @@ export function createMetrics(store: StateStore, ebpf: EbpfPods | null): AgentMe
       }
     },
   });
+
+  const reconciled = new Counter({
+    name: 'meshcap_reconcile_pods_total',
+    help: 'Pods checked against their record by a reconcile pass, by outcome (ok, restored: the datapath differed and was repaired, dropped: netns gone, failed: NOT restored) and trigger (start, self-check)',
+    labelNames: ['outcome', 'trigger'] as const,
+    registers: [registry],
+  });
+  const nodeReloads = new Counter({
+    name: 'meshcap_datapath_reloads_total',
+    help: 'Times the self-check found the node-wide eBPF datapath gone (unpinned or maps recreated) and loaded it again',
+    registers: [registry],
+  });
+  const unrestored = new Gauge({
+    name: 'meshcap_pods_unrestored',
+    help: 'Meshed pods whose datapath differs from their record and could not be restored in the last pass: their traffic may bypass the sidecar',
+    registers: [registry],
+  });
+  unrestored.set(0);
 
   function timed<R>(verb: CniCommand, fn: (...a: never[]) => Promise<R>) {
     return async (...args: never[]): Promise<R> => {
@@ -82,6 +107,9 @@ export function createMetrics(store: StateStore, ebpf: EbpfPods | null): AgentMe
 
   return {
     registry,
+    reconciled: (outcome, trigger) => reconciled.inc({ outcome, trigger }),
+    nodeReloaded: () => nodeReloads.inc(),
+    setUnrestored: (n) => unrestored.set(n),
     instrument<H extends CniHandlers>(h: H): H {
       return {
         ...h,

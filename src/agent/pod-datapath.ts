@@ -16,14 +16,20 @@ export interface PodTarget {
 }
 
 export type RemoveOutcome = 'removed' | 'netns-gone' | 'netns-replaced';
+/** Whether a record's netns path still names the netns it was made for. */
+export type NetnsState = 'live' | 'gone' | 'replaced';
 
 export class PodDatapath {
   private readonly iptables: IptablesOptions;
 
-  /** ebpf: the node's pinned maps, or null when the node runs iptables mode. */
-  constructor(readonly ebpf: EbpfPods | null, logger: Logger) {
+  /**
+   * ebpf: the node's pinned maps, or null when the node runs iptables mode.
+   * Replaced (not mutated) when the self-check reloads a lost datapath.
+   */
+  constructor(public ebpf: EbpfPods | null, logger: Logger) {
     // apply/remove log one info line each; the CNI request line already says it.
-    this.iptables = { logger: logger.child({ component: 'iptables' }, { level: 'warn' }) };
+    // (never louder than the parent: `meshcap status` passes a silent one)
+    this.iptables = { logger: logger.child({ component: 'iptables' }, { level: logger.levelVal > 40 ? logger.level : 'warn' }) };
   }
 
   private ebpfPods(): EbpfPods {
@@ -65,6 +71,12 @@ export class PodDatapath {
       return this.ebpfPods().check(cookie, t.config, t.podIPs);
     }
     return (await checkCapture(t.netns, t.config, this.iptables)).differences;
+  }
+
+  async netnsState(netns: string, cookie: bigint | null): Promise<NetnsState> {
+    const live = await this.liveCookie(netns);
+    if (live === 'gone') return 'gone';
+    return cookie !== null && live !== null && live !== cookie ? 'replaced' : 'live';
   }
 
   private async liveCookie(netns: string): Promise<bigint | null | 'gone'> {

@@ -4,10 +4,12 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { execa } from 'execa';
+import { pino } from 'pino';
 import { binaryName, detectVariant } from '../fallback-iptables/apply.js';
 import { pinLayout } from '../loader/manifest.js';
 import { MAP } from '../maps/layout.js';
 import { EbpfPods } from '../maps/ebpf-pods.js';
+import { PodDatapath } from './pod-datapath.js';
 import { configOf, cookieOf, readRecords, type AttachmentRecord } from './state-store.js';
 
 export interface PodStatus {
@@ -33,8 +35,14 @@ export interface PodStatus {
   } | null;
   /** Connections redirected, from the datapath; null when it cannot tell. */
   connections: { outbound: number; inbound: number; ownPod?: number; dns?: number } | null;
-  /** present: the datapath has the pod; missing: recorded but not in the datapath; orphan: in the maps without a record. */
-  state: 'present' | 'missing' | 'netns-gone' | 'orphan' | 'unknown';
+  /**
+   * present: the datapath matches the record (CHECK would pass); drift: it
+   * differs (see `drift`; the agent's self-check repairs it); missing:
+   * recorded but not in the datapath at all; orphan: in the maps without a record.
+   */
+  state: 'present' | 'drift' | 'missing' | 'netns-gone' | 'orphan' | 'unknown';
+  /** What differs between the record and the live datapath (CHECK's findings); empty when it matches. */
+  drift: string[];
 }
 
 export interface StatusReport {
@@ -96,6 +104,7 @@ export async function collectStatus(opts: { stateDir: string; pinRoot: string })
   }
   try {
     const inMaps = new Set(ebpf?.pods() ?? []);
+    const dp = new PodDatapath(ebpf, pino({ level: 'silent' }));
     const pods: PodStatus[] = [];
     for (const rec of records) {
       const cookie = cookieOf(rec);
@@ -112,21 +121,28 @@ export async function collectStatus(opts: { stateDir: string; pinRoot: string })
         capture: captureOf(rec),
         connections: null,
         state: 'unknown',
+        drift: [],
       };
-      if (rec.mode === 'ebpf') {
-        if (!ebpf || cookie === null) row.state = 'missing';
-        else {
-          row.state = inMaps.has(cookie) ? 'present' : 'missing';
+      const netns = await dp.netnsState(rec.netns, cookie);
+      if (netns !== 'live') {
+        row.state = 'netns-gone';
+        if (netns === 'replaced') row.drift = [`${rec.netns} is now a different network namespace`];
+        if (cookie !== null) inMaps.delete(cookie);
+      } else if (rec.mode === 'ebpf') {
+        if (!ebpf || cookie === null) {
+          row.state = 'missing';
+          row.drift = [ebpf ? 'eBPF record without a netns cookie' : `eBPF datapath not loaded (no pins under ${opts.pinRoot})`];
+        } else {
+          row.drift = await dp.check({ mode: rec.mode, netns: rec.netns, config: configOf(rec), podIPs: rec.podIPs }, cookie).catch((err: Error) => [err.message]);
+          row.state = !inMaps.has(cookie) ? 'missing' : row.drift.length > 0 ? 'drift' : 'present';
           inMaps.delete(cookie);
           const s = ebpf.stats(cookie);
           if (s) row.connections = { outbound: Number(s.outbound), inbound: Number(s.inbound), ownPod: Number(s.own_pod), dns: Number(s.dns) };
         }
-      } else if (!existsSync(rec.netns)) {
-        row.state = 'netns-gone';
       } else {
+        row.drift = await dp.check({ mode: rec.mode, netns: rec.netns, config: configOf(rec), podIPs: rec.podIPs }, cookie).catch((err: Error) => [err.message]);
         row.connections = await iptablesConnections(rec.netns);
-        row.state = row.connections ? 'present' : 'unknown';
-        configOf(rec); // a record whose settings no longer parse is reported below
+        row.state = row.drift.length > 0 ? 'drift' : row.connections ? 'present' : 'unknown';
       }
       pods.push(row);
     }
@@ -137,6 +153,7 @@ export async function collectStatus(opts: { stateDir: string; pinRoot: string })
         mode: 'ebpf', profile: null, podIPs: [], capture: null,
         connections: s ? { outbound: Number(s.outbound), inbound: Number(s.inbound), ownPod: Number(s.own_pod), dns: Number(s.dns) } : null,
         state: 'orphan',
+        drift: [],
       });
     }
     return { stateDir: opts.stateDir, pinRoot: opts.pinRoot, ebpfLoaded, pods, problems };
@@ -177,6 +194,9 @@ export function formatStatus(r: StatusReport): string {
   if (rows.length === 0) out.push('no pods in the datapath');
   else out.push(line(header), ...rows.map(line));
   for (const p of r.pods) if (p.modeReason) out.push(`note: ${p.namespace}/${p.name} uses iptables mode: ${p.modeReason}`);
+  for (const p of r.pods) {
+    if (p.drift.length > 0) out.push(`differs from its record: ${p.namespace}/${p.name}: ${p.drift.join('; ')} (the agent's self-check restores it)`);
+  }
   for (const p of r.problems) out.push(`problem: ${p}`);
   return out.join('\n');
 }

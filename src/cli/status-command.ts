@@ -8,13 +8,13 @@ import { pinRootOption } from './datapath-commands.js';
 export function registerStatusCommand(program: Command): void {
   program
     .command('status')
-    .description('every pod in the datapath: mode, profile, capture settings and live connection counters')
+    .description('every pod in the datapath: mode, profile, capture settings, live connection counters, and whether its datapath matches its record')
     .option('--json', 'machine-readable output')
     .addOption(new Option('--state-dir <dir>', 'the agent\'s state directory').default(DEFAULT_STATE_DIR))
     .addOption(pinRootOption())
     .action(async (o: { json?: boolean; stateDir: string; pinRoot: string }) => {
       const r = await collectStatus({ stateDir: o.stateDir, pinRoot: o.pinRoot });
       console.log(o.json ? JSON.stringify(r, null, 2) : formatStatus(r));
-      if (r.pods.some((p) => p.state === 'missing' || p.state === 'orphan') || r.problems.length > 0) process.exitCode = 1;
+      if (r.pods.some((p) => p.state === 'missing' || p.state === 'drift' || p.state === 'orphan') || r.problems.length > 0) process.exitCode = 1;
     });
 }

@@ -64,6 +64,11 @@ export class EbpfPods {
     return problems;
   }
 
+  /** False once the pinned maps are no longer the ones this object holds (reload needed). */
+  matchesPins(): boolean {
+    return this.maps.matchesPins();
+  }
+
   pods(): bigint[] {
     return this.maps.pods();
   }

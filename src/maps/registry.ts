@@ -39,6 +39,29 @@ export class PodMaps {
     this.fds.clear();
   }
 
+  /**
+   * True while the maps this object holds are the ones pinned: after an
+   * uninstall or a recreated map the fds still work but point at maps no
+   * program reads any more.
+   */
+  matchesPins(): boolean {
+    const dir = pinLayout(this.pinRoot).maps;
+    for (const [name, fd] of this.fds) {
+      let pinned: number;
+      try {
+        pinned = bpf.objGet(path.join(dir, name));
+      } catch {
+        return false;
+      }
+      try {
+        if (bpf.mapInfo(pinned).id !== bpf.mapInfo(fd).id) return false;
+      } finally {
+        bpf.closeFd(pinned);
+      }
+    }
+    return true;
+  }
+
   private fd(name: MapName): number {
     const fd = this.fds.get(name);
     if (fd === undefined) throw new Error(`map ${name} is not open`);

@@ -148,6 +148,7 @@ interface Binding {
   netnsCookie(netnsPath: string): Promise<bigint>;
   getOriginalDst(fd: number, level: 'ipv4' | 'ipv6'): OriginalDst;
   setTransparent(fd: number, level: 'ipv4' | 'ipv6'): void;
+  takeFd(pid: number, fd: number): number;
   libbpfVersion(): string;
   takeLibbpfLog(): string;
   consts: Consts;
@@ -278,6 +279,10 @@ export function getOriginalDst(fd: number, level: 'ipv4' | 'ipv6'): OriginalDst 
 /** IP_TRANSPARENT / IPV6_TRANSPARENT on a listener (TPROXY delivers only to transparent sockets). */
 export function setTransparent(fd: number, level: 'ipv4' | 'ipv6'): void {
   native.setTransparent(fd, level);
+}
+/** A duplicate (O_CLOEXEC) of fd `fd` of process `pid` (pidfd_open + pidfd_getfd, Linux 5.6; needs ptrace rights over pid). */
+export function takeFd(pid: number, fd: number): number {
+  return native.takeFd(pid, fd);
 }
 export function libbpfVersion(): string {
   return native.libbpfVersion();

@@ -16,6 +16,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitProbes(env, exports);
   InitNetnsCookie(env, exports);
   InitOrigDst(env, exports);
+  InitPidfd(env, exports);
   InitConsts(env, exports);
   return exports;
 }

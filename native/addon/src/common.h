@@ -55,6 +55,7 @@ void InitInfo(Napi::Env env, Napi::Object exports);
 void InitProbes(Napi::Env env, Napi::Object exports);
 void InitNetnsCookie(Napi::Env env, Napi::Object exports);
 void InitOrigDst(Napi::Env env, Napi::Object exports);
+void InitPidfd(Napi::Env env, Napi::Object exports);
 void InitConsts(Napi::Env env, Napi::Object exports);
 
 }  // namespace meshcap

@@ -1,0 +1,202 @@
+// Makes the kernel match the agent's records. A record says a pod must be
+// captured; if the datapath lost it (maps recreated by an upgrade, uninstall
+// then load, bpffs remounted, rules flushed in the pod netns) the pod's
+// traffic silently bypasses its sidecar. So on every start, and periodically
+// after (the self-check), each record whose netns still lives is checked with
+// CHECK's logic and restored where it differs; what cannot be restored is
+// reported loudly (error log naming the pod, metric, pod Event), never left
+// silent. Records whose netns is gone are dropped.
+import { existsSync } from 'node:fs';
+import type { Logger } from 'pino';
+import { NODE_OBJECTS, pinLayout } from '../loader/manifest.js';
+import type { Mode } from '../loader/mode.js';
+import { refillPodListeners, netnsProcesses, type NetnsProcesses } from '../loader/pod-listeners.js';
+import type { EbpfPods } from '../maps/ebpf-pods.js';
+import { targetOf } from './handlers.js';
+import type { KeyedLock } from './keyed-lock.js';
+import type { PodDatapath, PodTarget } from './pod-datapath.js';
+import { configOf, cookieOf, type AttachmentRecord, type StateStore } from './state-store.js';
+
+/** Why a reconcile runs (a metric label and a log field). */
+export type ReconcileTrigger = 'start' | 'self-check' | 'load';
+
+export interface PodProblemReporter {
+  /** A pod Event in a cluster (best effort: a failure to report is logged, not thrown). */
+  podProblem(namespace: string, name: string, reason: string, message: string): Promise<void>;
+}
+
+export interface ReconcileDeps {
+  store: StateStore;
+  datapath: PodDatapath;
+  nodeMode: Mode;
+  /** The handlers' per-container lock: a restore never races an ADD or DEL of the same pod. */
+  lock: KeyedLock;
+  removeAttachment(rec: AttachmentRecord): Promise<void>;
+  pinRoot: string;
+  logger: Logger;
+  reporter?: PodProblemReporter;
+  /** Counts for the metrics; called once per pod outcome. */
+  onOutcome?(o: PodOutcome['outcome'], trigger: ReconcileTrigger): void;
+}
+
+export interface PodOutcome {
+  pod: string;
+  containerId: string;
+  outcome: 'ok' | 'restored' | 'dropped' | 'failed';
+  /** What differed (restored) or why it failed. */
+  detail?: string[];
+  /** Inbound listeners of a running proxy put back into mc_listen. */
+  listeners?: number;
+}
+
+export interface ReconcileReport {
+  trigger: ReconcileTrigger;
+  records: number;
+  ok: number;
+  restored: number;
+  dropped: number;
+  failed: number;
+  /** Inbound listeners of running proxies put back into mc_listen. */
+  listenersRegistered: number;
+  orphansSwept: number;
+  ms: number;
+  pods: PodOutcome[];
+}
+
+/** What is missing of the node-wide eBPF datapath (empty: every link pinned and the maps are the pinned ones). */
+export function nodeDatapathProblems(pinRoot: string, ebpf: EbpfPods): string[] {
+  const L = pinLayout(pinRoot);
+  const problems: string[] = [];
+  for (const spec of NODE_OBJECTS) {
+    for (const cp of spec.cgroup) if (!existsSync(L.link(cp.name))) problems.push(`link ${cp.name} is not pinned at ${L.link(cp.name)}`);
+  }
+  if (!ebpf.matchesPins()) problems.push(`the maps pinned under ${L.maps} are not the ones the agent holds (removed or recreated)`);
+  return problems;
+}
+
+const podName = (r: AttachmentRecord) => `${r.podNamespace}/${r.podName}`;
+const causeOf = (err: unknown) => (err instanceof Error ? err.message : String(err));
+
+/**
+ * One pass over every record. Runs each pod under the handlers' lock, so it
+ * may run while the CNI socket serves. Orphan map entries (a pod in the maps
+ * with no record) are swept only with `sweepOrphans`, i.e. before the socket
+ * serves: during an ADD the map is written before the record.
+ */
+export async function reconcilePods(d: ReconcileDeps, trigger: ReconcileTrigger, opts: { sweepOrphans?: boolean } = {}): Promise<ReconcileReport> {
+  const t0 = performance.now();
+  const log = d.logger.child({ component: 'reconcile' });
+  const report: ReconcileReport = { trigger, records: 0, ok: 0, restored: 0, dropped: 0, failed: 0, listenersRegistered: 0, orphansSwept: 0, ms: 0, pods: [] };
+  // One /proc scan for all pods, made lazily: a pass with nothing to restore needs none.
+  let procs: NetnsProcesses | undefined;
+  const processes = () => (procs ??= netnsProcesses());
+
+  for (const first of d.store.list()) {
+    report.records++;
+    const out = await d.lock.run(first.containerId, async (): Promise<PodOutcome | null> => {
+      // Re-read under the lock: an ADD or DEL may have changed it meanwhile.
+      const rec = d.store.get(first.containerId, first.ifname);
+      if (!rec) return null;
+      return reconcileOne(d, rec, processes, trigger);
+    });
+    if (!out) continue;
+    report.pods.push(out);
+    report[out.outcome]++;
+    d.onOutcome?.(out.outcome, trigger);
+    const pod = out.pod;
+    if (out.outcome === 'restored') log.warn({ pod, containerId: out.containerId, trigger, drift: out.detail }, 'datapath differed from the record: pod restored');
+    else if (out.outcome === 'dropped') log.info({ pod, containerId: out.containerId, trigger, reason: out.detail?.[0] }, 'record dropped: its netns is gone');
+    else if (out.outcome === 'failed') {
+      const rec = first;
+      const msg = `meshcap cannot restore the ${rec.mode} redirect of pod ${pod}: ${out.detail?.join('; ')}. Its traffic may bypass the sidecar until this is fixed (see meshcap status).`;
+      log.error({ pod, containerId: out.containerId, netns: rec.netns, trigger, problems: out.detail }, 'pod NOT restored: its traffic may bypass the sidecar');
+      await d.reporter?.podProblem(rec.podNamespace, rec.podName, 'MeshcapRedirectLost', msg).catch((err: unknown) => {
+        log.warn({ pod, err: causeOf(err) }, 'cannot post a pod event');
+      });
+    }
+    report.listenersRegistered += out.listeners ?? 0;
+  }
+
+  const ebpf = d.datapath.ebpf;
+  if (opts.sweepOrphans && ebpf) {
+    const owned = new Set(d.store.list().filter((r) => r.mode === 'ebpf').map((r) => cookieOf(r)));
+    for (const cookie of ebpf.pods()) {
+      if (owned.has(cookie)) continue;
+      ebpf.unregister(cookie);
+      report.orphansSwept++;
+    }
+  }
+  report.ms = Math.round(performance.now() - t0);
+  return report;
+}
+
+async function reconcileOne(
+  d: ReconcileDeps,
+  rec: AttachmentRecord,
+  processes: () => NetnsProcesses,
+  trigger: ReconcileTrigger,
+): Promise<PodOutcome> {
+  const base = { pod: podName(rec), containerId: rec.containerId };
+  const cookie = cookieOf(rec);
+  const ns = await d.datapath.netnsState(rec.netns, cookie);
+  if (ns !== 'live') {
+    // The pod is gone (its DEL went unanswered) or the path names another netns now.
+    if (trigger === 'load') return { ...base, outcome: 'ok', detail: [`netns ${ns}: left for the agent`] };
+    try {
+      await d.removeAttachment(rec);
+      return { ...base, outcome: 'dropped', detail: [`netns ${rec.netns} ${ns}`] };
+    } catch (err) {
+      return { ...base, outcome: 'failed', detail: [causeOf(err)] };
+    }
+  }
+
+  // A pod recorded in eBPF mode on a node that now runs iptables mode is kept
+  // captured the only way this node can: istio-iptables rules in its netns.
+  if (rec.mode === 'ebpf' && d.nodeMode === 'iptables') {
+    if (trigger === 'load') return { ...base, outcome: 'ok', detail: ['node runs iptables mode: left for the agent'] };
+    try {
+      const target: PodTarget = { ...targetOf(rec), mode: 'iptables' };
+      const newCookie = await d.datapath.register(target);
+      await d.store.put({
+        ...rec,
+        mode: 'iptables',
+        netnsCookie: newCookie === null ? rec.netnsCookie : newCookie.toString(),
+        modeReason: 'recorded in eBPF mode, restored in iptables mode: the node runs iptables mode now',
+      });
+      return { ...base, outcome: 'restored', detail: ['eBPF datapath absent on this node: moved to iptables mode'] };
+    } catch (err) {
+      return { ...base, outcome: 'failed', detail: [`cannot move the pod to iptables mode: ${causeOf(err)}`] };
+    }
+  }
+  if (rec.mode === 'iptables' && trigger === 'load') return { ...base, outcome: 'ok' };
+
+  const target = targetOf(rec);
+  let drift: string[];
+  try {
+    drift = await d.datapath.check(target, cookie);
+    if (drift.length > 0) {
+      await d.datapath.register(target);
+      const still = await d.datapath.check(target, cookie);
+      if (still.length > 0) return { ...base, outcome: 'failed', detail: still };
+    }
+  } catch (err) {
+    return { ...base, outcome: 'failed', detail: [causeOf(err)] };
+  }
+
+  // The proxy's inbound listener: sockops registers it at listen(); a map
+  // recreated under a running proxy has lost it.
+  let listeners = 0;
+  const cfg = configOf(rec);
+  const ebpf = d.datapath.ebpf;
+  if (rec.mode === 'ebpf' && ebpf && cookie !== null && cfg.parsed.inboundCapture) {
+    try {
+      const r = refillPodListeners({ pinRoot: d.pinRoot, netns: cookie, netnsPath: rec.netns, port: Number(cfg.inboundCapturePort), processes: processes() });
+      listeners = r.registered.length;
+      if (listeners > 0) drift.push(`inbound listener not registered (IPv${r.registered.join('/IPv')})`);
+    } catch (err) {
+      return { ...base, outcome: 'failed', detail: [...drift, `cannot register the proxy's inbound listener: ${causeOf(err)}`] };
+    }
+  }
+  if (drift.length === 0) return { ...base, outcome: 'ok' };
+  return { ...base, outcome: 'restored', detail: drift, listeners };
+}

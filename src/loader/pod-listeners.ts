@@ -1,0 +1,145 @@
+// Re-registers a running proxy's inbound listener in mc_listen. sockops fills
+// mc_listen only when the proxy calls listen(); when the maps are recreated
+// under a running proxy (an upgrade that changes a map, uninstall then load)
+// nothing would fill it again and every captured inbound connection would be
+// refused until the proxy restarts. The listener is found the way ss(8) would
+// (/proc/<pid>/net/tcp{,6} of a process in the pod's netns, state LISTEN on
+// the inbound port), its fd is duplicated out of the proxy with pidfd_getfd,
+// and put into the sockhash from here.
+import { readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import path from 'node:path';
+import * as bpf from '../native/addon.js';
+import { MAP, mcListenKey } from '../maps/layout.js';
+import { pinLayout } from './manifest.js';
+
+/** Processes by the network namespace they live in ("dev:ino" of /proc/<pid>/ns/net). */
+export type NetnsProcesses = Map<string, number[]>;
+
+const nsId = (st: { dev: number | bigint; ino: number | bigint }) => `${st.dev}:${st.ino}`;
+
+/** One pass over /proc: which processes live in which netns. Cheap enough per reconcile, not per pod. */
+export function netnsProcesses(proc = '/proc'): NetnsProcesses {
+  const byNs: NetnsProcesses = new Map();
+  for (const e of readdirSync(proc)) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      const id = nsId(statSync(path.join(proc, e, 'ns', 'net')));
+      const pids = byNs.get(id);
+      if (pids) pids.push(Number(e));
+      else byNs.set(id, [Number(e)]);
+    } catch {
+      // exited meanwhile, or a kernel thread without a netns
+    }
+  }
+  return byNs;
+}
+
+export interface ListeningSocket {
+  inode: number;
+  family: 4 | 6;
+}
+
+/**
+ * TCP sockets in LISTEN (state 0A) on `port` in /proc/<pid>/net/tcp and tcp6
+ * (the tables of the pid's netns). Exported for its unit test.
+ */
+export function parseListeners(table: string, family: 4 | 6, port: number): ListeningSocket[] {
+  const out: ListeningSocket[] = [];
+  for (const line of table.split('\n').slice(1)) {
+    const f = line.trim().split(/\s+/);
+    if (f.length < 10) continue;
+    const local = f[1]!;
+    const lport = parseInt(local.slice(local.lastIndexOf(':') + 1), 16);
+    if (f[3] !== '0A' || lport !== port) continue;
+    const inode = Number(f[9]);
+    if (inode > 0) out.push({ inode, family });
+  }
+  return out;
+}
+
+function readTable(pid: number, name: 'tcp' | 'tcp6'): string {
+  try {
+    return readFileSync(`/proc/${pid}/net/${name}`, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+/** The fd number under which `pid` holds socket `inode`, if it does. */
+function fdOfSocket(pid: number, inode: number): number | null {
+  const dir = `/proc/${pid}/fd`;
+  let fds: string[];
+  try {
+    fds = readdirSync(dir);
+  } catch {
+    return null;
+  }
+  const want = `socket:[${inode}]`;
+  for (const fd of fds) {
+    try {
+      if (readlinkSync(path.join(dir, fd)) === want) return Number(fd);
+    } catch {
+      // closed meanwhile
+    }
+  }
+  return null;
+}
+
+export interface ListenerRefill {
+  /** families whose key was already in mc_listen */
+  present: (4 | 6)[];
+  /** families registered by this call */
+  registered: (4 | 6)[];
+  /** families with no listener on the port in the pod (no proxy running, or not listening yet) */
+  none: (4 | 6)[];
+}
+
+/**
+ * Makes mc_listen hold the pod's inbound listener for each family that has
+ * one on `port`: keys already present are left alone (sockops registered
+ * them), missing ones are filled from the running proxy. Idempotent.
+ */
+export function refillPodListeners(opts: {
+  pinRoot: string;
+  netns: bigint;
+  netnsPath: string;
+  port: number;
+  processes: NetnsProcesses;
+}): ListenerRefill {
+  const res: ListenerRefill = { present: [], registered: [], none: [] };
+  const pids = opts.processes.get(nsId(statSync(opts.netnsPath))) ?? [];
+  const mapFd = bpf.objGet(path.join(pinLayout(opts.pinRoot).maps, MAP.listen));
+  try {
+    for (const family of [4, 6] as const) {
+      const key = mcListenKey.encode({ netns: opts.netns, port: opts.port, family, pad: Buffer.alloc(5) });
+      if (bpf.mapLookup(mapFd, key, 8)) {
+        res.present.push(family);
+        continue;
+      }
+      let done = false;
+      // Every process of the netns sees the same tables; the owner of the fd may be any of them.
+      const sockets = pids.length ? parseListeners(readTable(pids[0]!, family === 4 ? 'tcp' : 'tcp6'), family, opts.port) : [];
+      for (const s of sockets) {
+        for (const pid of pids) {
+          const fd = fdOfSocket(pid, s.inode);
+          if (fd === null) continue;
+          const mine = bpf.takeFd(pid, fd);
+          try {
+            const value = Buffer.alloc(8);
+            value.writeBigUInt64LE(BigInt(mine));
+            bpf.mapUpdate(mapFd, key, value);
+            done = true;
+          } finally {
+            bpf.closeFd(mine);
+          }
+          break;
+        }
+        if (done) break;
+      }
+      (done ? res.registered : res.none).push(family);
+    }
+  } finally {
+    bpf.closeFd(mapFd);
+  }
+  return res;
+}

@@ -1,0 +1,265 @@
+// A datapath reload under a running meshed pod (issue: "after a datapath
+// reload, running meshed pods bypass their sidecar"): the agent stopped, the
+// datapath uninstalled (eBPF) or the pod's rules lost (iptables), the agent
+// started again with the same state dir, all while the app keeps opening
+// connections. Once the agent is ready the pod must be captured again: CHECK
+// passes, inbound lands on the proxy with the original destination, and not
+// one outbound connection started after that reaches its destination directly.
+// The self-check repairs the same loss while the agent runs.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { execa } from 'execa';
+import { pino } from 'pino';
+import { stringify } from 'yaml';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { startAgent, type Agent, type AgentOptions } from '../../../src/agent/agent.js';
+import { configOf, cookieOf, readRecords } from '../../../src/agent/state-store.js';
+import { removeCapture } from '../../../src/fallback-iptables/apply.js';
+import { FileSource } from '../../../src/kube/file-source.js';
+import { uninstallDatapath } from '../../../src/loader/datapath.js';
+import { EbpfPods } from '../../../src/maps/ebpf-pods.js';
+import { projectRoot } from '../../../src/paths.js';
+import { describeModes } from '../../helpers/datapaths.js';
+import { Lab, scaled, testPinRoot, type NsAgent } from '../../helpers/lab.js';
+import { istioPod } from '../../helpers/pods.js';
+import { cni, requireCniBinary } from './cni-harness.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const meshcap = (args: string[]) => execa(process.execPath, [path.join(projectRoot, 'bin/meshcap'), ...args], { reject: false });
+
+describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
+  const lab = new Lab();
+  const pinRoot = testPinRoot();
+  let tmp: string;
+  let agent: Agent | undefined;
+  let app: NsAgent;
+  let client: NsAgent;
+  let proxy: Awaited<ReturnType<Lab['proxy']>>;
+  let pod: { name: string; path: string };
+  let socket: string;
+  let opts: AgentOptions;
+  const call = () => ({ socket, containerId: 'c-reload', netns: pod.path, pod: 'web', podAddress: '198.18.21.1/24' });
+
+  beforeAll(async () => {
+    requireCniBinary();
+    tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-reload-'));
+    const podsFile = path.join(tmp, 'pods.yaml');
+    writeFileSync(podsFile, stringify(istioPod({ name: 'web' })));
+    pod = await lab.netns('rl');
+    const srv = await lab.netns('rlsrv');
+    await lab.link(pod.name, srv.name, { a4: ['198.18.21.1/24'], b4: ['198.18.21.2/24'] });
+    const server = await lab.agent(srv.name);
+    await server.listen('198.18.21.2', 80);
+    client = server;
+    app = await lab.agent(pod.name);
+    await app.listen('0.0.0.0', 8080);
+    socket = path.join(tmp, 'run', 'cni.sock');
+    const logger = pino({ level: 'silent' });
+    opts = {
+      socketPath: socket,
+      pinRoot,
+      mode,
+      stateDir: path.join(tmp, 'state'),
+      podSource: new FileSource({ path: podsFile, logger, debounceMs: 20, pollIntervalMs: 200 }),
+      excludeNamespaces: ['kube-system'],
+      logger,
+      metricsAddr: '127.0.0.1:0',
+      podWaitMs: 1500,
+      selfCheckMs: 0,
+    };
+    agent = await startAgent(opts);
+    const add = await cni('ADD', call());
+    expect(add.exitCode, add.stdout).toBe(0);
+    // As in a real pod: CNI ADD first, then the containers (the proxy) start.
+    proxy = await lab.proxy(pod.name);
+  }, scaled(120_000));
+
+  afterAll(async () => {
+    await agent?.close();
+    await lab.cleanup();
+    uninstallDatapath(pinRoot);
+    if (tmp) rmSync(tmp, { recursive: true, force: true });
+  });
+
+  /** A new agent on the same state dir (its pod source re-created: a stopped source cannot restart). */
+  async function restartAgent(over: Partial<AgentOptions> = {}): Promise<Agent> {
+    await agent?.close();
+    agent = undefined;
+    const logger = opts.logger;
+    opts = { ...opts, podSource: new FileSource({ path: path.join(tmp, 'pods.yaml'), logger, debounceMs: 20, pollIntervalMs: 200 }), ...over };
+    agent = await startAgent(opts);
+    return agent;
+  }
+
+  /** Connections from the app whose local address never shows up as a proxy accept's peer went direct. */
+  function direct(conns: { local: string }[]): number {
+    const accepted = new Map<string, number>();
+    for (const a of proxy.accepts()) if (a.listener !== 'inbound') accepted.set(a.peer, (accepted.get(a.peer) ?? 0) + 1);
+    let n = 0;
+    for (const c of conns) {
+      const left = accepted.get(c.local) ?? 0;
+      if (left > 0) accepted.set(c.local, left - 1);
+      else n++;
+    }
+    return n;
+  }
+
+  /** Proxy accept lines arrive over a pipe: give them a moment to land. */
+  async function settledDirect(conns: { local: string }[]): Promise<number> {
+    let d = direct(conns);
+    for (let i = 0; i < 20 && d > 0; i++) {
+      await sleep(100);
+      d = direct(conns);
+    }
+    return d;
+  }
+
+  async function expectInboundToProxy(tag: string): Promise<void> {
+    const before = proxy.accepts().filter((a) => a.listener === 'inbound').length;
+    const r = await client.connect('198.18.21.1', 8080, tag);
+    expect(r.data).toBe(`198.18.21.1:8080|${tag}`);
+    await sleep(50);
+    const inbound = proxy.accepts().filter((a) => a.listener === 'inbound').slice(before);
+    expect(inbound.map((a) => a.orig)).toEqual(['198.18.21.1:8080']);
+  }
+
+  async function expectOutboundToProxy(count: number): Promise<void> {
+    const conns = [];
+    for (let i = 0; i < count; i++) conns.push(await app.connect('198.18.21.2', 80, `o${i}`));
+    for (const c of conns) expect(c.data).toMatch(/^198\.18\.21\.2:80\|o\d+$/);
+    expect(await settledDirect(conns)).toBe(0);
+  }
+
+  /** The pod's capture removed behind the agent's back. */
+  async function loseThePod(): Promise<void> {
+    const rec = agent!.store.get('c-reload', 'eth0')!;
+    if (mode === 'ebpf') {
+      const other = new EbpfPods(pinRoot);
+      try {
+        expect(other.unregister(cookieOf(rec)!)).toBeGreaterThan(0);
+      } finally {
+        other.close();
+      }
+    } else {
+      await removeCapture(pod.path, configOf(rec));
+    }
+  }
+
+  it('captures outbound and inbound before the reload', async () => {
+    await expectOutboundToProxy(5);
+    await expectInboundToProxy('before');
+  });
+
+  it('meshcap uninstall refuses while the pod is captured and names it; --force goes ahead', async () => {
+    if (mode === 'ebpf') {
+      const r = await meshcap(['uninstall', '--pin-root', pinRoot, '--state-dir', opts.stateDir]);
+      expect(r.exitCode).toBe(1);
+      expect(r.stderr).toContain('default/web');
+      expect(r.stderr).toMatch(/past the sidecar.*--force/s);
+      expect((await cni('CHECK', call())).exitCode, 'a refused uninstall must change nothing').toBe(0);
+    } else {
+      // iptables mode has no eBPF pins: nothing is captured by what uninstall removes.
+      const r = await meshcap(['uninstall', '--pin-root', pinRoot, '--state-dir', opts.stateDir]);
+      expect(r.exitCode, r.stderr).toBe(0);
+    }
+  });
+
+  it('agent stopped, datapath removed, agent started: the pod is restored while traffic flows, none of it direct once ready', async () => {
+    const conns: { local: string; t: number; ok: boolean }[] = [];
+    let stop = false;
+    // Bounded: at most 3000 connections, one at a time.
+    const stream = (async () => {
+      for (let i = 0; i < 3000 && !stop; i++) {
+        const t = performance.now();
+        try {
+          const r = await app.connect('198.18.21.2', 80, `s${i}`);
+          conns.push({ local: r.local, t, ok: r.data === `198.18.21.2:80|s${i}` });
+        } catch {
+          conns.push({ local: '', t, ok: false });
+        }
+      }
+    })();
+    try {
+      await sleep(300);
+      await agent!.close();
+      agent = undefined;
+      if (mode === 'ebpf') {
+        const r = await meshcap(['uninstall', '--force', '--pin-root', pinRoot, '--state-dir', opts.stateDir]);
+        expect(r.exitCode, r.stderr).toBe(0);
+        expect(r.stderr).toContain('default/web');
+      } else {
+        await removeCapture(pod.path, configOf(readRecords(opts.stateDir).records[0]!));
+      }
+      expect((await cni('CHECK', call())).exitCode, 'the pod must have lost its capture for this test to mean anything').not.toBe(0);
+      await sleep(200);
+      const t0 = performance.now();
+      const a = await restartAgent();
+      const readyAt = performance.now();
+      expect(a.startup).toMatchObject({ records: 1, restored: 1, failed: 0, dropped: 0 });
+      if (mode === 'ebpf') expect(a.startup.listenersRegistered, 'the running proxy\'s inbound listener must be put back').toBeGreaterThanOrEqual(1);
+      console.log(`[reload ${mode}] agent start to pod restored: ${Math.round(readyAt - t0)} ms (reconcile ${a.startup.ms} ms)`);
+      await sleep(1000);
+      stop = true;
+      await stream;
+      const after = conns.filter((c) => c.t >= readyAt);
+      expect(after.length, 'traffic must have flowed after the agent was ready').toBeGreaterThan(5);
+      expect(after.every((c) => c.ok), 'every connection after the reload must succeed').toBe(true);
+      expect(await settledDirect(after), 'outbound connections that went past the sidecar after the agent was ready').toBe(0);
+    } finally {
+      stop = true;
+      await stream;
+    }
+    expect((await cni('CHECK', call())).exitCode).toBe(0);
+    await expectInboundToProxy('after-reload');
+  }, scaled(120_000));
+
+  it('meshcap status shows drift; the self-check restores the pod and counts it', async () => {
+    await loseThePod();
+    const st = await meshcap(['status', '--json', '--state-dir', opts.stateDir, '--pin-root', pinRoot]);
+    expect(st.exitCode).toBe(1);
+    const web = (JSON.parse(st.stdout) as { pods: { name: string; state: string; drift: string[] }[] }).pods.find((p) => p.name === 'web')!;
+    expect(['drift', 'missing']).toContain(web.state);
+    expect(web.drift.length).toBeGreaterThan(0);
+
+    const r = await agent!.selfCheck();
+    expect(r).toMatchObject({ trigger: 'self-check', restored: 1, failed: 0 });
+    expect((await cni('CHECK', call())).exitCode).toBe(0);
+    const ok = await meshcap(['status', '--json', '--state-dir', opts.stateDir, '--pin-root', pinRoot]);
+    expect(ok.exitCode, ok.stdout).toBe(0);
+    expect((JSON.parse(ok.stdout) as { pods: { name: string; state: string; drift: string[] }[] }).pods.find((p) => p.name === 'web')).toMatchObject({ state: 'present', drift: [] });
+    const m = await (await fetch(`http://127.0.0.1:${agent!.http!.address.port}/metrics`)).text();
+    expect(m).toMatch(/meshcap_reconcile_pods_total\{outcome="restored",trigger="self-check"\} 1/);
+    expect(m).toMatch(/meshcap_pods_unrestored 0/);
+    await expectOutboundToProxy(3);
+    await expectInboundToProxy('after-self-check');
+  });
+
+  it('the periodic self-check repairs a loss on its own', async () => {
+    await restartAgent({ selfCheckMs: 300 });
+    await loseThePod();
+    let code = 1;
+    for (let i = 0; i < 50 && code !== 0; i++) {
+      await sleep(100);
+      code = (await cni('CHECK', call())).exitCode;
+    }
+    expect(code, 'CHECK still fails 5 s after the loss: the timer did not repair it').toBe(0);
+    await expectOutboundToProxy(3);
+  });
+
+  if (mode === 'ebpf') {
+    it('a node datapath removed under a running agent is loaded again by the self-check, inbound included', async () => {
+      await restartAgent({ selfCheckMs: 0 });
+      uninstallDatapath(pinRoot);
+      expect((await cni('CHECK', call())).exitCode).not.toBe(0);
+      const r = await agent!.selfCheck();
+      expect(r).toMatchObject({ restored: 1, failed: 0 });
+      expect(r.listenersRegistered).toBeGreaterThanOrEqual(1);
+      const m = await (await fetch(`http://127.0.0.1:${agent!.http!.address.port}/metrics`)).text();
+      expect(m).toMatch(/meshcap_datapath_reloads_total 1/);
+      expect((await cni('CHECK', call())).exitCode).toBe(0);
+      await expectOutboundToProxy(3);
+      await expectInboundToProxy('after-node-reload');
+    });
+  }
+});
