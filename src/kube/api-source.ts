@@ -117,6 +117,31 @@ export class ApiSource extends CachedPodSource implements PodSource {
     };
   }
 
+  /**
+   * A Warning Event on the pod, as kubelet posts them: what `kubectl describe
+   * pod` shows the pod's owner when meshcap cannot keep it captured.
+   */
+  async podProblem(namespace: string, name: string, reason: string, message: string): Promise<void> {
+    const now = new Date();
+    const uid = this.get(namespace, name)?.metadata?.uid;
+    await this.api.createNamespacedEvent({
+      namespace,
+      body: {
+        metadata: { generateName: `${name}.`, namespace },
+        involvedObject: { apiVersion: 'v1', kind: 'Pod', namespace, name, ...(uid ? { uid } : {}) },
+        reason,
+        message,
+        type: 'Warning',
+        source: { component: 'meshcap-agent', host: this.nodeName },
+        reportingComponent: 'meshcap-agent',
+        reportingInstance: this.nodeName,
+        firstTimestamp: now,
+        lastTimestamp: now,
+        count: 1,
+      },
+    });
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
     this.abortWatch?.();

@@ -44,6 +44,8 @@ export interface KubeApiServerOptions {
 export class KubeApiServer {
   /** Every request received, in order (tests assert on the client's protocol use). */
   readonly requests: RecordedRequest[] = [];
+  /** Events POSTed to /api/v1/namespaces/NS/events, in order. */
+  readonly events: Record<string, unknown>[] = [];
   /** While true, every request gets 403 Forbidden (RBAC missing). */
   forbidden = false;
   /**
@@ -194,6 +196,18 @@ export class KubeApiServer {
 
     if (this.forbidden) {
       return sendStatus(res, 403, 'Forbidden', `pods is forbidden: User "system:serviceaccount:meshcap:meshcap" cannot list resource "pods" in API group "" at the cluster scope`);
+    }
+    const ev = /^\/api\/v1\/namespaces\/([^/]+)\/events$/.exec(url.pathname);
+    if (req.method === 'POST' && ev) {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as Record<string, unknown>;
+        this.events.push(body);
+        res.writeHead(201, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ ...body, kind: 'Event', apiVersion: 'v1' }));
+      });
+      return;
     }
     const m = /^\/api\/v1\/(?:namespaces\/([^/]+)\/)?pods$/.exec(url.pathname);
     if (req.method !== 'GET' || !m) return sendStatus(res, 404, 'NotFound', `the server could not find the requested resource (${req.method} ${url.pathname})`);

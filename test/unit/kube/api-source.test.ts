@@ -200,6 +200,22 @@ describe('ApiSource', () => {
     expect(lists()).toHaveLength(1);
   });
 
+  it('posts a Warning Event on a pod it cannot keep captured, naming this node', async () => {
+    api.addPod(testPod('shop', 'sick-1', NODE));
+    const s = open();
+    await s.start();
+    await s.podProblem('shop', 'sick-1', 'MeshcapRedirectLost', 'meshcap cannot restore the ebpf redirect of pod shop/sick-1: boom');
+    expect(api.events).toHaveLength(1);
+    expect(api.events[0]).toMatchObject({
+      metadata: { generateName: 'sick-1.', namespace: 'shop' },
+      involvedObject: { kind: 'Pod', namespace: 'shop', name: 'sick-1', uid: s.get('shop', 'sick-1')!.metadata!.uid },
+      reason: 'MeshcapRedirectLost',
+      type: 'Warning',
+      source: { component: 'meshcap-agent', host: NODE },
+      message: expect.stringContaining('shop/sick-1'),
+    });
+  });
+
   it('requires a node name', () => {
     expect(() => new ApiSource({ kubeConfig: kubeConfig(api.url), nodeName: '' })).toThrow(/node name/);
   });
