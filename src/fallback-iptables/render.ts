@@ -1,7 +1,8 @@
 // CaptureConfig -> iptables-restore input, a port of istio-iptables'
 // capture/run.go (IptablesConfigurator.Run, SetupDNSRedir,
 // addDNSConntrackZones) rendered by builder.ts. Rule order and text follow
-// run.go line by line; the shared compat vectors check it byte for byte.
+// run.go line by line; Istio's golden vectors (test/fixtures/istio) check it
+// byte for byte.
 import type { CaptureConfig } from '../redirect/config.js';
 import { cidrToString } from '../redirect/cidr.js';
 import { splitList } from '../redirect/config.js';

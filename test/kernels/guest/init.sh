@@ -64,16 +64,15 @@ mount -t tmpfs shm $R/dev/shm
 mount -t tmpfs -o mode=1777 tmp $R/tmp
 mount -t tmpfs -o mode=0755 run $R/run
 # The project may live where the guest has just mounted a fresh tmpfs (a
-# clone under /tmp, say): expose its parent from the host, so the project and
-# ../shared beside it are there, writable through an overlay like the root.
+# clone under /tmp, say): expose it from the host, writable through an overlay
+# like the root. The project alone: it reads nothing beside itself.
 if [ ! -d "$R$REPO_DIR" ]; then
-	P=$(dirname "$REPO_DIR")
-	mkdir -p "$R$P" /scratch/repo-upper /scratch/repo-work
+	mkdir -p "$R$REPO_DIR" /scratch/repo-upper /scratch/repo-work
 	if [ "$ROOTFS" = overlay ]; then
-		mount -t overlay repo -o "lowerdir=/host$P,upperdir=/scratch/repo-upper,workdir=/scratch/repo-work" "$R$P" ||
-			fail "overlay of the project's parent $P failed"
+		mount -t overlay repo -o "lowerdir=/host$REPO_DIR,upperdir=/scratch/repo-upper,workdir=/scratch/repo-work" "$R$REPO_DIR" ||
+			fail "overlay of the project $REPO_DIR failed"
 	else
-		mount --bind "/host$P" "$R$P" || fail "bind of the project's parent $P failed"
+		mount --bind "/host$REPO_DIR" "$R$REPO_DIR" || fail "bind of the project $REPO_DIR failed"
 	fi
 fi
 mount -t bpf bpf $R/sys/fs/bpf || fail "bpffs mount failed"

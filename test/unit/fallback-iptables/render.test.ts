@@ -1,4 +1,4 @@
-// Cases beyond the shared vectors. No upstream golden exists for these at the
+// Cases beyond Istio's golden vectors (test/fixtures/istio). No upstream golden exists for these at the
 // vectors' commit, so each expected text was derived by hand from
 // tools/istio-iptables/pkg/capture/run.go (Run, handleInboundPortsInclude,
 // SetupDNSRedir, addDNSConntrackZones, handleCaptureByOwnerGroup,

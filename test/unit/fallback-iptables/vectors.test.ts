@@ -1,5 +1,6 @@
-// Every shared compat vector, byte for byte: capture vectors through the
-// istio-iptables flag parser, CNI vectors through the istio-cni pod converter.
+// Every Istio golden vector (test/fixtures/istio, provenance in its README),
+// byte for byte: capture vectors through the istio-iptables flag parser, CNI
+// vectors through the istio-cni pod converter.
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import type { V1Pod } from '@kubernetes/client-node';
@@ -20,7 +21,7 @@ interface Vector {
   expected_v6: string | null;
 }
 
-const VECTORS_PATH = new URL('../../../../shared/compat/istio-iptables-vectors.json', import.meta.url);
+const VECTORS_PATH = new URL('../../fixtures/istio/istio-iptables-vectors.json', import.meta.url);
 const vectors = JSON.parse(readFileSync(VECTORS_PATH, 'utf8')) as Vector[];
 
 function toV1Pod(p: NonNullable<Vector['pod']>): V1Pod {
@@ -35,8 +36,8 @@ function toV1Pod(p: NonNullable<Vector['pod']>): V1Pod {
   };
 }
 
-describe('shared istio-iptables vectors', () => {
-  it('has the 12 vectors the README lists', () => {
+describe('Istio golden istio-iptables vectors', () => {
+  it('has the 12 vectors the fixture README lists', () => {
     expect(vectors.filter((v) => v.kind === 'capture')).toHaveLength(7);
     expect(vectors.filter((v) => v.kind === 'cni')).toHaveLength(5);
   });
