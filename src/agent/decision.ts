@@ -2,9 +2,10 @@
 // capture it with which profile, which capture config, which pod addresses and
 // which datapath mode. No I/O: everything the agent writes follows from this.
 import type { V1Pod } from '@kubernetes/client-node';
-import { decideMeshed, type MeshProfile } from '../kube/meshed.js';
+import { decideMeshed } from '../kube/meshed.js';
 import type { Mode } from '../loader/mode.js';
 import { podEntries, UnsupportedInEbpfError } from '../maps/pod-entries.js';
+import { isObject, type MeshProfile } from '../mesh/vocabulary.js';
 import { parseAddr } from '../redirect/cidr.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { podToCaptureConfig } from '../redirect/pod.js';
@@ -55,10 +56,6 @@ export function ebpfUnsupported(config: CaptureConfig, podIPs: string[]): string
     if (err instanceof UnsupportedInEbpfError) return err.message;
     throw err;
   }
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 /**

@@ -9,7 +9,7 @@
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { open, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
-import type { MeshProfile } from '../kube/meshed.js';
+import type { MeshProfile } from '../mesh/vocabulary.js';
 import type { Mode } from '../loader/mode.js';
 import { buildCaptureConfig, type CaptureConfig, type CaptureSettings } from '../redirect/config.js';
 

@@ -3,6 +3,7 @@
 // validation (env + network config), CNI_ARGS, GC's valid attachments, and
 // result conversion between the 0.x and 1.x result formats. Pure: no I/O.
 import { Ajv, type ErrorObject } from 'ajv';
+import { isObject } from '../mesh/vocabulary.js';
 import type { CniCommand, CniRequest } from './types.js';
 
 export const SUPPORTED_VERSIONS = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] as const;
@@ -194,10 +195,6 @@ export type CniResult = Result040 | Result100;
 
 const ROUTE_11_FIELDS = ['mtu', 'advmss', 'priority', 'table', 'scope'] as const;
 const INTERFACE_11_FIELDS = ['mtu', 'socketPath', 'pciID'] as const;
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 function badResult(what: string): CniError {
   return new CniError(CNI_ERROR_CODES.INVALID_NETWORK_CONFIG, `prevResult: ${what}`);

@@ -10,7 +10,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import { splitList, type CaptureConfig } from '../redirect/config.js';
 import { parseIstioIptablesArgs } from '../redirect/flags.js';
 import { podToCaptureConfig } from '../redirect/pod.js';
-import type { ProfileName } from '../redirect/profiles.js';
+import { isMeshProfile, MESH_PROFILES, type MeshProfile } from '../mesh/vocabulary.js';
 import { renderIptables } from './render.js';
 
 export class RenderUsageError extends Error {}
@@ -18,7 +18,7 @@ export class RenderUsageError extends Error {}
 export interface RenderRequest {
   family: 4 | 6;
   pod?: string;
-  profile: ProfileName;
+  profile: MeshProfile;
   dnsServersV4: string[];
   dnsServersV6: string[];
   istioArgs: string[];
@@ -52,7 +52,7 @@ export function parseRenderArgs(argv: readonly string[]): RenderRequest {
         req.family = Number(value) as 4 | 6;
         break;
       case '--profile':
-        if (value !== 'istio' && value !== 'linkerd') throw new RenderUsageError(`--profile must be istio or linkerd, got "${value}"`);
+        if (!isMeshProfile(value)) throw new RenderUsageError(`--profile must be ${MESH_PROFILES.join(' or ')}, got "${value}"`);
         req.profile = value;
         break;
       case '--dns-servers-v4':

@@ -15,8 +15,17 @@
 //   redirected (the injector never injects them; the CNI is normally not even
 //   called for them, but a reconcile loop may ask).
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
-
-export type MeshProfile = 'istio' | 'linkerd';
+import {
+  ISTIO_ANNOTATIONS,
+  ISTIO_INIT_CONTAINER,
+  ISTIO_LABELS,
+  ISTIO_PROXY_CONTAINER,
+  LINKERD_ANNOTATIONS,
+  LINKERD_INIT_CONTAINER,
+  LINKERD_PROXY_CONTAINER,
+  parseGoBool,
+  type MeshProfile,
+} from '../mesh/vocabulary.js';
 
 export type MeshDecision =
   | { meshed: true; profile: MeshProfile }
@@ -29,18 +38,6 @@ export interface MeshedOptions {
 
 /** istio-cni's Helm default for `cni.excludeNamespaces`. */
 export const DEFAULT_EXCLUDE_NAMESPACES: readonly string[] = ['kube-system'];
-
-export const ISTIO_PROXY = 'istio-proxy';
-export const ISTIO_INIT = 'istio-init';
-export const LINKERD_PROXY = 'linkerd-proxy';
-export const LINKERD_INIT = 'linkerd-init';
-
-const ANN_ISTIO_INJECT = 'sidecar.istio.io/inject';
-const LABEL_ISTIO_INJECT = 'sidecar.istio.io/inject';
-const ANN_ISTIO_STATUS = 'sidecar.istio.io/status';
-const ANN_ISTIO_INTERCEPTION = 'sidecar.istio.io/interceptionMode';
-const LABEL_AMBIENT = 'istio.io/dataplane-mode';
-const ANN_LINKERD_INJECT = 'linkerd.io/inject';
 
 /**
  * The reason a namespace is excluded, or undefined. Exposed separately so the
@@ -68,72 +65,72 @@ export function decideMeshed(pod: V1Pod, opts: MeshedOptions = {}): MeshDecision
   const names = new Set(containers.map((c) => c.name));
   const annotations = pod.metadata?.annotations ?? {};
 
-  const looksIstio = names.has(ISTIO_PROXY) || names.has(ISTIO_INIT) || ANN_ISTIO_STATUS in annotations;
+  const looksIstio = names.has(ISTIO_PROXY_CONTAINER) || names.has(ISTIO_INIT_CONTAINER) || ISTIO_ANNOTATIONS.status in annotations;
   if (looksIstio) return decideIstio(pod, containers, names);
 
-  const looksLinkerd = names.has(LINKERD_PROXY) || names.has(LINKERD_INIT);
+  const looksLinkerd = names.has(LINKERD_PROXY_CONTAINER) || names.has(LINKERD_INIT_CONTAINER);
   if (looksLinkerd) return decideLinkerd(pod, names);
 
-  const ambient = pod.metadata?.labels?.[LABEL_AMBIENT];
+  const ambient = pod.metadata?.labels?.[ISTIO_LABELS.dataplaneMode];
   if (ambient === 'ambient') {
-    return notMeshed(`pod is enrolled in Istio ambient mode (${LABEL_AMBIENT}=ambient) and has no sidecar: ztunnel handles it`);
+    return notMeshed(`pod is enrolled in Istio ambient mode (${ISTIO_LABELS.dataplaneMode}=ambient) and has no sidecar: ztunnel handles it`);
   }
-  return notMeshed(`no ${ISTIO_PROXY} or ${LINKERD_PROXY} container (containers: ${listNames(names)})`);
+  return notMeshed(`no ${ISTIO_PROXY_CONTAINER} or ${LINKERD_PROXY_CONTAINER} container (containers: ${listNames(names)})`);
 }
 
 function decideIstio(pod: V1Pod, containers: V1Container[], names: Set<string>): MeshDecision {
   const annotations = pod.metadata?.annotations ?? {};
   const labels = pod.metadata?.labels ?? {};
 
-  if (names.has(ISTIO_INIT)) {
-    return notMeshed(`${ISTIO_INIT} init container present: the init container configures redirection`);
+  if (names.has(ISTIO_INIT_CONTAINER)) {
+    return notMeshed(`${ISTIO_INIT_CONTAINER} init container present: the init container configures redirection`);
   }
 
-  const proxy = containers.find((c) => c.name === ISTIO_PROXY);
+  const proxy = containers.find((c) => c.name === ISTIO_PROXY_CONTAINER);
   // istio-cni reads env values literally; valueFrom entries have no value.
   const disableEnvoy = proxy?.env?.find((e) => e.name === 'DISABLE_ENVOY')?.value;
-  if (disableEnvoy !== undefined && goParseBool(disableEnvoy) === true) {
-    return notMeshed(`DISABLE_ENVOY=${disableEnvoy} on the ${ISTIO_PROXY} container: Envoy is not running`);
+  if (disableEnvoy !== undefined && parseGoBool(disableEnvoy) === true) {
+    return notMeshed(`DISABLE_ENVOY=${disableEnvoy} on the ${ISTIO_PROXY_CONTAINER} container: Envoy is not running`);
   }
 
   if (!proxy) {
-    return notMeshed(`no ${ISTIO_PROXY} container (containers: ${listNames(names)})`);
+    return notMeshed(`no ${ISTIO_PROXY_CONTAINER} container (containers: ${listNames(names)})`);
   }
 
   // `pilot-agent proxy router` is a gateway, not a sidecar.
   const args = proxy.args ?? [];
   if (args.length >= 2 && args[0] === 'proxy' && args[1] !== 'sidecar') {
-    return notMeshed(`${ISTIO_PROXY} runs as proxy type "${args[1]}", not a sidecar`);
+    return notMeshed(`${ISTIO_PROXY_CONTAINER} runs as proxy type "${args[1]}", not a sidecar`);
   }
 
   // The label is the newer API and wins over the annotation, as in istio-cni.
-  const fromLabel = LABEL_ISTIO_INJECT in labels;
-  const inject = fromLabel ? labels[LABEL_ISTIO_INJECT] : annotations[ANN_ISTIO_INJECT];
-  if (inject && goParseBool(inject) === false) {
-    return notMeshed(`${fromLabel ? 'label' : 'annotation'} ${ANN_ISTIO_INJECT}="${inject}" disables injection`);
+  const fromLabel = ISTIO_LABELS.inject in labels;
+  const inject = fromLabel ? labels[ISTIO_LABELS.inject] : annotations[ISTIO_ANNOTATIONS.inject];
+  if (inject && parseGoBool(inject) === false) {
+    return notMeshed(`${fromLabel ? 'label' : 'annotation'} ${ISTIO_ANNOTATIONS.inject}="${inject}" disables injection`);
   }
 
-  if (!(ANN_ISTIO_STATUS in annotations)) {
-    return notMeshed(`annotation ${ANN_ISTIO_STATUS} is missing: the pod was not injected by Istio`);
+  if (!(ISTIO_ANNOTATIONS.status in annotations)) {
+    return notMeshed(`annotation ${ISTIO_ANNOTATIONS.status} is missing: the pod was not injected by Istio`);
   }
 
-  if (annotations[ANN_ISTIO_INTERCEPTION] === 'NONE') {
-    return notMeshed(`annotation ${ANN_ISTIO_INTERCEPTION}=NONE: the proxy captures no traffic`);
+  if (annotations[ISTIO_ANNOTATIONS.interceptionMode] === 'NONE') {
+    return notMeshed(`annotation ${ISTIO_ANNOTATIONS.interceptionMode}=NONE: the proxy captures no traffic`);
   }
 
   return { meshed: true, profile: 'istio' };
 }
 
 function decideLinkerd(pod: V1Pod, names: Set<string>): MeshDecision {
-  if (names.has(LINKERD_INIT)) {
-    return notMeshed(`${LINKERD_INIT} init container present: the init container configures redirection`);
+  if (names.has(LINKERD_INIT_CONTAINER)) {
+    return notMeshed(`${LINKERD_INIT_CONTAINER} init container present: the init container configures redirection`);
   }
-  if (!names.has(LINKERD_PROXY)) {
-    return notMeshed(`no ${LINKERD_PROXY} container (containers: ${listNames(names)})`);
+  if (!names.has(LINKERD_PROXY_CONTAINER)) {
+    return notMeshed(`no ${LINKERD_PROXY_CONTAINER} container (containers: ${listNames(names)})`);
   }
-  const inject = pod.metadata?.annotations?.[ANN_LINKERD_INJECT];
+  const inject = pod.metadata?.annotations?.[LINKERD_ANNOTATIONS.inject];
   if (inject === 'disabled') {
-    return notMeshed(`annotation ${ANN_LINKERD_INJECT}=disabled`);
+    return notMeshed(`annotation ${LINKERD_ANNOTATIONS.inject}=disabled`);
   }
   return { meshed: true, profile: 'linkerd' };
 }
@@ -144,19 +141,4 @@ function notMeshed(reason: string): MeshDecision {
 
 function listNames(names: Set<string>): string {
   return names.size ? [...names].sort().join(', ') : 'none';
-}
-
-/**
- * Go's strconv.ParseBool, which istio-cni uses for these values: undefined
- * when the value is not a boolean (istio-cni then ignores it).
- */
-export function goParseBool(value: string): boolean | undefined {
-  switch (value) {
-    case '1': case 't': case 'T': case 'TRUE': case 'true': case 'True':
-      return true;
-    case '0': case 'f': case 'F': case 'FALSE': case 'false': case 'False':
-      return false;
-    default:
-      return undefined;
-  }
 }

@@ -2,6 +2,7 @@
 // `---` documents, or a List/PodList. Errors carry the line, for the operator.
 import { LineCounter, parseAllDocuments, isNode, type Document } from 'yaml';
 import type { V1Pod } from '@kubernetes/client-node';
+import { isObject } from '../mesh/vocabulary.js';
 
 export class ManifestError extends Error {
   constructor(
@@ -75,10 +76,6 @@ export function parsePodManifests(text: string, file: string): ParsedManifests {
 function itemLine(doc: Document, i: number, lineOf: (o: number | undefined) => { line: number } | undefined): number | undefined {
   const node = doc.getIn(['items', i], true);
   return isNode(node) ? lineOf(node.range?.[0])?.line : undefined;
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 function firstLine(s: string): string {

@@ -2,6 +2,7 @@
 // every decision is unit-testable; the registry writes the result.
 import type { CaptureConfig, Cidr } from '../redirect/config.js';
 import { parseAddr } from '../redirect/cidr.js';
+import { ISTIO_ANNOTATIONS } from '../mesh/vocabulary.js';
 import {
   CidrKind, MAP, MC_CIDR_KEY_BITS, MC_POD_ADDRS, PodFlag, PortKind,
   mcCidrKey, mcPod, mcPortKey, mcStats, u64Key,
@@ -46,7 +47,7 @@ export function podEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[]):
     throw new UnsupportedInEbpfError('ISTIO_OUTBOUND_OWNER_GROUPS(_EXCLUDE)', 'an owner-group filter');
   }
   if (p.excludeInterfaces.length || p.kubeVirtInterfaces.length) {
-    throw new UnsupportedInEbpfError('traffic.sidecar.istio.io/excludeInterfaces / kubevirtInterfaces', 'per-interface rules');
+    throw new UnsupportedInEbpfError(`${ISTIO_ANNOTATIONS.excludeInterfaces} / kubevirtInterfaces`, 'per-interface rules');
   }
 
   const v4 = podIPs.map(addrBytes).filter((a) => a.family === 4);

@@ -13,6 +13,7 @@ import {
   type CaptureSettings,
   type FieldSources,
 } from './config.js';
+import { ISTIO_PROXY_USER, parseGoBool } from '../mesh/vocabulary.js';
 import { ISTIO_DEFAULT_PROXY_UID, ISTIO_IPTABLES_DEFAULTS } from './profiles.js';
 
 type Kind = 'string' | 'bool' | 'uint16' | 'duration';
@@ -115,13 +116,6 @@ export interface ParsedFlags {
 
 export function envName(long: string): string {
   return long.toUpperCase().replace(/-/g, '_');
-}
-
-/** Go strconv.ParseBool */
-export function parseGoBool(v: string): boolean | undefined {
-  if (['1', 't', 'T', 'TRUE', 'true', 'True'].includes(v)) return true;
-  if (['0', 'f', 'F', 'FALSE', 'false', 'False'].includes(v)) return false;
-  return undefined;
 }
 
 const GO_DURATION = /^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$|^[-+]?0$/;
@@ -257,7 +251,7 @@ export function parseIstioIptablesArgs(argv: readonly string[], opts: ParseFlags
   // FillConfigFromEnvironment: -u defaults to ENVOY_USER's uid, else 1337; -g to -u.
   let proxyUID = str('proxy-uid', '');
   if (proxyUID === '') {
-    const user = env[ENV_ENVOY_USER] ?? 'istio-proxy';
+    const user = env[ENV_ENVOY_USER] ?? ISTIO_PROXY_USER;
     proxyUID = (opts.lookupUser ?? lookupUserInPasswd)(user) ?? ISTIO_DEFAULT_PROXY_UID;
   }
   const proxyGID = str('proxy-gid', '') === '' ? proxyUID : str('proxy-gid', '');

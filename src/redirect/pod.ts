@@ -6,44 +6,20 @@
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
 import { parseCidr } from './cidr.js';
 import { buildCaptureConfig, CaptureConfigError, type CaptureConfig, type CaptureSettings, type FieldSources } from './config.js';
-import { parseGoBool } from './flags.js';
+import {
+  ISTIO_ANNOTATIONS,
+  ISTIO_PROXY_CONTAINER,
+  LINKERD_ANNOTATIONS,
+  LINKERD_PROXY_CONTAINER,
+  parseGoBool,
+  type MeshProfile,
+} from '../mesh/vocabulary.js';
 import {
   ISTIO_CNI_ALWAYS_EXCLUDED_INBOUND,
   ISTIO_CNI_DEFAULTS,
   LINKERD_DEFAULT_SKIPPED_PORTS,
   LINKERD_DEFAULTS,
-  type ProfileName,
 } from './profiles.js';
-
-/** istio/api annotation names used by sidecar_redirect.go. */
-export const ISTIO_ANNOTATIONS = {
-  interceptionMode: 'sidecar.istio.io/interceptionMode',
-  statusPort: 'status.sidecar.istio.io/port',
-  includeOutboundIPRanges: 'traffic.sidecar.istio.io/includeOutboundIPRanges',
-  excludeOutboundIPRanges: 'traffic.sidecar.istio.io/excludeOutboundIPRanges',
-  includeInboundPorts: 'traffic.sidecar.istio.io/includeInboundPorts',
-  excludeInboundPorts: 'traffic.sidecar.istio.io/excludeInboundPorts',
-  includeOutboundPorts: 'traffic.sidecar.istio.io/includeOutboundPorts',
-  excludeOutboundPorts: 'traffic.sidecar.istio.io/excludeOutboundPorts',
-  excludeInterfaces: 'traffic.sidecar.istio.io/excludeInterfaces',
-  kubevirtInterfaces: 'traffic.sidecar.istio.io/kubevirtInterfaces',
-  rerouteVirtualInterfaces: 'istio.io/reroute-virtual-interfaces',
-} as const;
-
-export const LINKERD_ANNOTATIONS = {
-  skipInboundPorts: 'config.linkerd.io/skip-inbound-ports',
-  skipOutboundPorts: 'config.linkerd.io/skip-outbound-ports',
-  skipSubnets: 'config.linkerd.io/skip-subnets',
-  proxyUid: 'config.linkerd.io/proxy-uid',
-  proxyGid: 'config.linkerd.io/proxy-gid',
-  inboundPort: 'config.linkerd.io/proxy-inbound-port',
-  outboundPort: 'config.linkerd.io/proxy-outbound-port',
-  adminPort: 'config.linkerd.io/proxy-admin-port',
-  controlPort: 'config.linkerd.io/proxy-control-port',
-} as const;
-
-export const ISTIO_PROXY_CONTAINER = 'istio-proxy';
-export const LINKERD_PROXY_CONTAINER = 'linkerd-proxy';
 
 export interface PodCaptureOptions {
   /** Render IPv6 too. Default: derived from status.podIPs like Istio's getLocalIP. */
@@ -265,6 +241,6 @@ export function linkerdPodToCaptureConfig(pod: V1Pod, opts: PodCaptureOptions = 
   return buildCaptureConfig(s, sources);
 }
 
-export function podToCaptureConfig(pod: V1Pod, profile: ProfileName, opts: PodCaptureOptions = {}): CaptureConfig {
+export function podToCaptureConfig(pod: V1Pod, profile: MeshProfile, opts: PodCaptureOptions = {}): CaptureConfig {
   return profile === 'istio' ? istioPodToCaptureConfig(pod, opts) : linkerdPodToCaptureConfig(pod, opts);
 }

@@ -2,6 +2,7 @@
 // (tools/common/config DefaultConfig + cmd/root.go flag defaults) and the
 // sidecar istio-cni plugin (cni/pkg/plugin/sidecar_redirect.go). Linkerd
 // values come from linkerd2's proxy-init template and chart values.
+import type { MeshProfile } from '../mesh/vocabulary.js';
 import type { CaptureSettings } from './config.js';
 
 /** istio-iptables with no flags and no environment (outbound/inbound capture off). */
@@ -81,9 +82,7 @@ export const LINKERD_DEFAULTS: Readonly<CaptureSettings> = Object.freeze({
   outboundIPRangesInclude: '*',
 }) as CaptureSettings;
 
-export type ProfileName = 'istio' | 'linkerd';
-
-export function profileDefaults(name: ProfileName): CaptureSettings {
+export function profileDefaults(name: MeshProfile): CaptureSettings {
   const d = name === 'istio' ? ISTIO_CNI_DEFAULTS : LINKERD_DEFAULTS;
   return { ...d, proxyUID: [...d.proxyUID], proxyGID: [...d.proxyGID], dnsServersV4: [], dnsServersV6: [] };
 }

@@ -5,6 +5,7 @@ import path from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
 import { stringify } from 'yaml';
 import type { Mode } from '../loader/mode.js';
+import { ISTIO_ANNOTATIONS, ISTIO_PROXY_CONTAINER } from '../mesh/vocabulary.js';
 import { cniBinary } from '../paths.js';
 
 export type PodRole = 'meshed' | 'unmeshed' | 'server';
@@ -109,9 +110,9 @@ export function podManifests(plan: SandboxPlan): V1Pod[] {
     };
     if (p.role === 'meshed') {
       pod.metadata!.annotations = {
-        'sidecar.istio.io/status': JSON.stringify({ initContainers: null, containers: ['istio-proxy'], volumes: ['istio-envoy'], imagePullSecrets: null }),
+        [ISTIO_ANNOTATIONS.status]: JSON.stringify({ initContainers: null, containers: [ISTIO_PROXY_CONTAINER], volumes: ['istio-envoy'], imagePullSecrets: null }),
       };
-      pod.spec!.containers.push({ name: 'istio-proxy', image: 'local-rootfs', securityContext: { runAsUser: plan.proxyUid, runAsGroup: plan.proxyUid } });
+      pod.spec!.containers.push({ name: ISTIO_PROXY_CONTAINER, image: 'local-rootfs', securityContext: { runAsUser: plan.proxyUid, runAsGroup: plan.proxyUid } });
     }
     return pod;
   });

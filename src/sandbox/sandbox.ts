@@ -8,6 +8,7 @@ import path from 'node:path';
 import { execa } from 'execa';
 import { collectStatus } from '../agent/status.js';
 import type { Mode } from '../loader/mode.js';
+import { ISTIO_PROXY_CONTAINER } from '../mesh/vocabulary.js';
 import { cniBinary, projectRoot } from '../paths.js';
 import { startSandboxAgent, type CniEvent, type SandboxAgent } from './agent-proc.js';
 import { abortable, Cleanup, SignalAbort, sleep, type CleanupStep } from './cleanup.js';
@@ -181,7 +182,7 @@ async function runPhase(mode: Mode, plan: SandboxPlan, rt: Runtime, cleanup: Cle
       const v = views.get(p.name)!;
       v.ip = pod.ip;
       // Meshed: the pod's istio-proxy. Unmeshed: the same listener as a trap that must stay empty.
-      const proxy = rt.run(pod, 'istio-proxy', [process.execPath, MESHCAP, 'proxy'], { uid: plan.proxyUid });
+      const proxy = rt.run(pod, ISTIO_PROXY_CONTAINER, [process.execPath, MESHCAP, 'proxy'], { uid: plan.proxyUid });
       proxy.onLine((l) => onProxyLine(v, l));
       sidecars.push(proxy);
       await proxy.waitFor(/"event":"ready"/, plan.startupTimeoutMs, signal);

@@ -1,6 +1,7 @@
 // The live table: pods, mode, connections, what the datapath and the
 // sidecars saw, latency. Pure (views in, text out); the caller redraws it in
 // place on a terminal and prints it once per mode otherwise.
+import { ISTIO_PROXY_CONTAINER } from '../mesh/vocabulary.js';
 import { percentile, type Check, type PodView } from './traffic.js';
 
 const ms = (x: number | null) => (x === null ? '-' : x >= 100 ? `${x.toFixed(0)}ms` : x >= 10 ? `${x.toFixed(1)}ms` : `${x.toFixed(2)}ms`);
@@ -21,7 +22,7 @@ export function renderTable(views: PodView[]): string {
   const rows = views.map((v) => [
     v.name,
     v.ip || '-',
-    v.sidecar === 'proxy' ? 'istio-proxy' : v.sidecar === 'trap' ? 'none*' : 'none',
+    v.sidecar === 'proxy' ? ISTIO_PROXY_CONTAINER : v.sidecar === 'trap' ? 'none*' : 'none',
     v.mode ?? (v.cniAdd === 'ok' ? 'not meshed' : '-'),
     v.role === 'server' ? '-' : `${v.ok}/${v.planned}${v.failed ? ` (${v.failed} failed)` : ''}`,
     v.captured === null ? '-' : String(v.captured),

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { V1Pod } from '@kubernetes/client-node';
-import { decideMeshed, goParseBool, namespaceExclusion } from '../../../src/kube/meshed.js';
+import { decideMeshed, namespaceExclusion } from '../../../src/kube/meshed.js';
 
 // A pod as Istio's injector leaves it in CNI mode: istio-validation init
 // container, istio-proxy sidecar, sidecar.istio.io/status annotation.
@@ -134,13 +134,5 @@ describe('decideMeshed: plain pods', () => {
   });
   it('copes with an empty pod', () => {
     expect(decideMeshed({})).toEqual({ meshed: false, reason: 'no istio-proxy or linkerd-proxy container (containers: none)' });
-  });
-});
-
-describe('goParseBool', () => {
-  it('accepts exactly what Go accepts', () => {
-    for (const t of ['1', 't', 'T', 'TRUE', 'true', 'True']) expect(goParseBool(t)).toBe(true);
-    for (const f of ['0', 'f', 'F', 'FALSE', 'false', 'False']) expect(goParseBool(f)).toBe(false);
-    for (const x of ['', 'yes', 'tRUE', ' true', 'enabled']) expect(goParseBool(x)).toBeUndefined();
   });
 });
