@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import { applyCapture, checkCapture, removeCapture, type IptablesOptions } from '../fallback-iptables/apply.js';
 import type { Mode } from '../loader/mode.js';
 import { EbpfPods } from '../maps/ebpf-pods.js';
+import type { KeySnapshot } from '../maps/registry.js';
 import type { CaptureConfig } from '../redirect/config.js';
 
 export interface PodTarget {
@@ -62,13 +63,13 @@ export class PodDatapath {
   }
 
   /** What is missing or different in the live datapath (empty: all present). */
-  async check(t: PodTarget, cookie: bigint | null): Promise<string[]> {
+  async check(t: PodTarget, cookie: bigint | null, snap?: KeySnapshot): Promise<string[]> {
     const live = await this.liveCookie(t.netns);
     if (live === 'gone') return [`network namespace ${t.netns} does not exist`];
     if (cookie !== null && live !== null && live !== cookie) return [`${t.netns} is now a different network namespace (cookie ${live}, recorded ${cookie})`];
     if (t.mode === 'ebpf') {
       if (cookie === null) return ['eBPF record without a netns cookie'];
-      return this.ebpfPods().check(cookie, t.config, t.podIPs);
+      return this.ebpfPods().check(cookie, t.config, t.podIPs, snap);
     }
     return (await checkCapture(t.netns, t.config, this.iptables)).differences;
   }

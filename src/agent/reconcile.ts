@@ -12,6 +12,7 @@ import { NODE_OBJECTS, pinLayout } from '../loader/manifest.js';
 import type { Mode } from '../loader/mode.js';
 import { refillPodListeners, netnsProcesses, type NetnsProcesses } from '../loader/pod-listeners.js';
 import type { EbpfPods } from '../maps/ebpf-pods.js';
+import type { KeySnapshot } from '../maps/registry.js';
 import { targetOf } from './handlers.js';
 import type { KeyedLock } from './keyed-lock.js';
 import type { PodDatapath, PodTarget } from './pod-datapath.js';
@@ -83,21 +84,38 @@ const causeOf = (err: unknown) => (err instanceof Error ? err.message : String(e
  * with no record) are swept only with `sweepOrphans`, i.e. before the socket
  * serves: during an ADD the map is written before the record.
  */
-export async function reconcilePods(d: ReconcileDeps, trigger: ReconcileTrigger, opts: { sweepOrphans?: boolean } = {}): Promise<ReconcileReport> {
+export async function reconcilePods(
+  d: ReconcileDeps,
+  trigger: ReconcileTrigger,
+  opts: { sweepOrphans?: boolean; skipIptables?: boolean } = {},
+): Promise<ReconcileReport> {
   const t0 = performance.now();
   const log = d.logger.child({ component: 'reconcile' });
   const report: ReconcileReport = { trigger, records: 0, ok: 0, restored: 0, dropped: 0, failed: 0, listenersRegistered: 0, orphansSwept: 0, ms: 0, pods: [] };
   // One /proc scan for all pods, made lazily: a pass with nothing to restore needs none.
   let procs: NetnsProcesses | undefined;
   const processes = () => (procs ??= netnsProcesses());
+  // One scan of the CIDR/port maps for the whole pass (see KeySnapshot).
+  let snap: KeySnapshot | undefined;
+  const pass: PassState = {
+    processes,
+    snapshot: () => {
+      const ebpf = d.datapath.ebpf;
+      if (!ebpf) return undefined;
+      return (snap ??= ebpf.snapshot());
+    },
+  };
 
   for (const first of d.store.list()) {
+    // iptables pods cost an iptables-save in their netns each: the self-check
+    // visits them less often than eBPF pods (see the agent).
+    if (opts.skipIptables && first.mode === 'iptables') continue;
     report.records++;
     const out = await d.lock.run(first.containerId, async (): Promise<PodOutcome | null> => {
       // Re-read under the lock: an ADD or DEL may have changed it meanwhile.
       const rec = d.store.get(first.containerId, first.ifname);
       if (!rec) return null;
-      return reconcileOne(d, rec, processes, trigger);
+      return reconcileOne(d, rec, pass, trigger);
     });
     if (!out) continue;
     report.pods.push(out);
@@ -130,12 +148,12 @@ export async function reconcilePods(d: ReconcileDeps, trigger: ReconcileTrigger,
   return report;
 }
 
-async function reconcileOne(
-  d: ReconcileDeps,
-  rec: AttachmentRecord,
-  processes: () => NetnsProcesses,
-  trigger: ReconcileTrigger,
-): Promise<PodOutcome> {
+interface PassState {
+  processes(): NetnsProcesses;
+  snapshot(): KeySnapshot | undefined;
+}
+
+async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassState, trigger: ReconcileTrigger): Promise<PodOutcome> {
   const base = { pod: podName(rec), containerId: rec.containerId };
   const cookie = cookieOf(rec);
   const ns = await d.datapath.netnsState(rec.netns, cookie);
@@ -171,12 +189,14 @@ async function reconcileOne(
   if (rec.mode === 'iptables' && trigger === 'load') return { ...base, outcome: 'ok' };
 
   const target = targetOf(rec);
+  const snap = rec.mode === 'ebpf' ? pass.snapshot() : undefined;
   let drift: string[];
   try {
-    drift = await d.datapath.check(target, cookie);
+    drift = await d.datapath.check(target, cookie, snap);
     if (drift.length > 0) {
       await d.datapath.register(target);
-      const still = await d.datapath.check(target, cookie);
+      if (snap && cookie !== null) d.datapath.ebpf?.refreshSnapshot(snap, cookie);
+      const still = await d.datapath.check(target, cookie, snap);
       if (still.length > 0) return { ...base, outcome: 'failed', detail: still };
     }
   } catch (err) {
@@ -190,7 +210,7 @@ async function reconcileOne(
   const ebpf = d.datapath.ebpf;
   if (rec.mode === 'ebpf' && ebpf && cookie !== null && cfg.parsed.inboundCapture) {
     try {
-      const r = refillPodListeners({ pinRoot: d.pinRoot, netns: cookie, netnsPath: rec.netns, port: Number(cfg.inboundCapturePort), processes: processes() });
+      const r = refillPodListeners({ pinRoot: d.pinRoot, netns: cookie, netnsPath: rec.netns, port: Number(cfg.inboundCapturePort), processes: pass.processes() });
       listeners = r.registered.length;
       if (listeners > 0) drift.push(`inbound listener not registered (IPv${r.registered.join('/IPv')})`);
     } catch (err) {

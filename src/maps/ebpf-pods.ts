@@ -5,7 +5,7 @@ import { execa } from 'execa';
 import * as bpf from '../native/addon.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { attachPodInbound, detachPodInbound, hasPodInbound } from '../loader/pod-inbound.js';
-import { PodMaps } from './registry.js';
+import { PodMaps, type KeySnapshot } from './registry.js';
 import type { McStats } from './layout.js';
 
 export interface RegisteredPod {
@@ -58,10 +58,19 @@ export class EbpfPods {
     return this.maps.remove(netns);
   }
 
-  check(netns: bigint, cfg: CaptureConfig, podIPs: string[]): string[] {
-    const problems = this.maps.diff(netns, cfg, podIPs);
+  /** snap: the keys of a whole pass (see KeySnapshot); without it the maps are scanned for this pod. */
+  check(netns: bigint, cfg: CaptureConfig, podIPs: string[], snap?: KeySnapshot): string[] {
+    const problems = this.maps.diff(netns, cfg, podIPs, snap);
     if (cfg.parsed.inboundCapture && !hasPodInbound(this.pinRoot, netns)) problems.push('no inbound sk_lookup link pinned');
     return problems;
+  }
+
+  snapshot(): KeySnapshot {
+    return this.maps.snapshot();
+  }
+
+  refreshSnapshot(snap: KeySnapshot, netns: bigint): void {
+    this.maps.refreshSnapshot(snap, netns);
   }
 
   /** False once the pinned maps are no longer the ones this object holds (reload needed). */

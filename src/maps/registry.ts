@@ -11,6 +11,13 @@ import { netnsOfKey, podEntries, type MapEntry, type MapName, type PodEntries } 
 
 const SWEPT: MapName[] = [MAP.cidrs, MAP.ports];
 
+/**
+ * The CIDR and port keys in the kernel, by pod (hex), read in one scan per
+ * map. diff() of one pod scans whole maps; a pass over every pod (the
+ * agent's reconcile) takes one snapshot instead, or it is O(pods x entries).
+ */
+export type KeySnapshot = Map<MapName, Map<bigint, Set<string>>>;
+
 export class PodMaps {
   private readonly fds = new Map<MapName, number>();
   private readonly keySizes = new Map<MapName, number>();
@@ -122,6 +129,27 @@ export class PodMaps {
     return index;
   }
 
+  snapshot(): KeySnapshot {
+    const snap: KeySnapshot = new Map();
+    for (const m of SWEPT) {
+      const byPod = new Map<bigint, Set<string>>();
+      for (const key of bpf.mapKeys(this.fd(m), this.keySizes.get(m)!)) {
+        const netns = netnsOfKey(m, key)!;
+        const keys = byPod.get(netns);
+        if (keys) keys.add(key.toString('hex'));
+        else byPod.set(netns, new Set([key.toString('hex')]));
+      }
+      snap.set(m, byPod);
+    }
+    return snap;
+  }
+
+  /** After write(): the snapshot takes the pod's keys as written (write() throws if the kernel refused any). */
+  refreshSnapshot(snap: KeySnapshot, netns: bigint): void {
+    const index = this.podIndex();
+    for (const m of SWEPT) snap.get(m)!.set(netns, new Set((index.get(m)!.get(netns) ?? []).map((k) => k.toString('hex'))));
+  }
+
   keysOf(map: MapName, netns: bigint): Buffer[] {
     return bpf.mapKeys(this.fd(map), this.keySizes.get(map)!).filter((k) => netnsOfKey(map, k) === netns);
   }
@@ -141,7 +169,7 @@ export class PodMaps {
   }
 
   /** Every entry the pod should have that is missing or different (empty: all good). */
-  diff(netns: bigint, cfg: CaptureConfig, podIPs: string[]): string[] {
+  diff(netns: bigint, cfg: CaptureConfig, podIPs: string[], snap?: KeySnapshot): string[] {
     const e = podEntries(netns, cfg, podIPs);
     const problems: string[] = [];
     const live = bpf.mapLookup(this.fd(MAP.pods), e.pod.key, mcPod.size);
@@ -150,7 +178,7 @@ export class PodMaps {
     if (!bpf.mapLookup(this.fd(MAP.stats), e.stats.key, mcStats.size)) problems.push(`no ${MAP.stats} entry`);
     for (const m of SWEPT) {
       const want = [...e.cidrs, ...e.ports].filter((x) => x.map === m).map((x) => x.key.toString('hex'));
-      const have = new Set(this.keysOf(m, netns).map((k) => k.toString('hex')));
+      const have = snap ? (snap.get(m)!.get(netns) ?? new Set<string>()) : new Set(this.keysOf(m, netns).map((k) => k.toString('hex')));
       const missing = want.filter((k) => !have.has(k));
       if (missing.length) problems.push(`${missing.length} ${m} entries missing`);
       const extra = [...have].filter((k) => !want.includes(k));

@@ -248,6 +248,30 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
   });
 
   if (mode === 'ebpf') {
+    it('meshcap load alone (no agent running) restores the recorded pods into a fresh datapath, inbound listener included', async () => {
+      await agent!.close();
+      agent = undefined;
+      expect((await meshcap(['uninstall', '--force', '--pin-root', pinRoot, '--state-dir', opts.stateDir])).exitCode).toBe(0);
+      const r = await meshcap(['load', '--pin-root', pinRoot, '--state-dir', opts.stateDir]);
+      expect(r.exitCode, r.stderr).toBe(0);
+      const m = /pods: 1 recorded, 1 restored, 0 NOT restored, (\d+) proxy listeners re-registered/.exec(r.stdout);
+      expect(m, r.stdout).not.toBeNull();
+      expect(Number(m![1]), 'the running proxy\'s inbound listener (v4, and v6 if it listens there)').toBeGreaterThanOrEqual(1);
+      expect(r.stdout).toContain('restored default/web');
+      const rec = readRecords(opts.stateDir).records[0]!;
+      const ebpf = new EbpfPods(pinRoot);
+      try {
+        expect(ebpf.check(cookieOf(rec)!, configOf(rec), rec.podIPs)).toEqual([]);
+      } finally {
+        ebpf.close();
+      }
+      await expectOutboundToProxy(3);
+      await expectInboundToProxy('after-load');
+      // a second load finds nothing to restore
+      const again = await meshcap(['load', '--pin-root', pinRoot, '--state-dir', opts.stateDir]);
+      expect(again.stdout).toMatch(/pods: 1 recorded, 0 restored, 0 NOT restored, 0 proxy listeners re-registered/);
+    });
+
     it('a node datapath removed under a running agent is loaded again by the self-check, inbound included', async () => {
       await restartAgent({ selfCheckMs: 0 });
       uninstallDatapath(pinRoot);
