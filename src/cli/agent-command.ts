@@ -11,7 +11,7 @@ import { FileSource } from '../kube/file-source.js';
 import { DEFAULT_EXCLUDE_NAMESPACES } from '../kube/meshed.js';
 import type { PodSource } from '../kube/pod-source.js';
 import type { ModeRequest } from '../loader/mode.js';
-import { modeOption, pinRootOption } from './datapath-commands.js';
+import { modeOption, pinRootOption, SPLICE_WARNING } from './datapath-commands.js';
 
 interface AgentFlags {
   standalone?: boolean;
@@ -25,8 +25,9 @@ interface AgentFlags {
   stateDir: string;
   excludeNamespaces: string;
   podWaitMs: string;
+  selfCheckInterval: string;
   logLevel: string;
-  splice: boolean;
+  splice?: boolean;
 }
 
 function podSource(o: AgentFlags, logger: Logger): PodSource {
@@ -54,23 +55,30 @@ export function registerAgentCommand(program: Command): void {
     .addOption(new Option('--state-dir <dir>', 'where attachment records live').default(DEFAULT_STATE_DIR))
     .addOption(new Option('--exclude-namespaces <a,b>', 'namespaces never redirected').default(DEFAULT_EXCLUDE_NAMESPACES.join(',')))
     .addOption(new Option('--pod-wait-ms <ms>', 'how long ADD waits for a pod the source does not know yet').default('5000'))
-    .option('--no-splice', 'eBPF mode: do not splice app<->proxy sockets with sk_msg (on by default)')
+    .addOption(new Option('--self-check-interval <seconds>', 'how often every pod\'s datapath is compared with its record and repaired (0: only at start)').default('30'))
+    .option('--splice', `eBPF mode: splice app<->proxy sockets with sk_msg (off by default; ${SPLICE_WARNING})`)
     .addOption(new Option('--log-level <level>', 'pino log level').choices(['debug', 'info', 'warn', 'error']).default('info'))
     .action(async (o: AgentFlags) => {
       const logger = pino({ name: 'meshcap-agent', level: o.logLevel });
       const podWaitMs = Number(o.podWaitMs);
       if (!Number.isInteger(podWaitMs) || podWaitMs < 0 || podWaitMs > 600_000) throw new Error(`--pod-wait-ms ${o.podWaitMs} is not a number of milliseconds (0..600000)`);
+      const selfCheckS = Number(o.selfCheckInterval);
+      if (!Number.isFinite(selfCheckS) || selfCheckS < 0 || selfCheckS > 86_400) throw new Error(`--self-check-interval ${o.selfCheckInterval} is not a number of seconds (0..86400)`);
+      const source = podSource(o, logger);
       const agent = await startAgent({
         socketPath: o.socket,
         pinRoot: o.pinRoot,
         mode: o.mode,
         stateDir: o.stateDir,
-        podSource: podSource(o, logger),
+        podSource: source,
+        // In a cluster a pod that cannot be restored also gets a Warning Event.
+        ...(source instanceof ApiSource ? { reporter: source } : {}),
         excludeNamespaces: o.excludeNamespaces.split(',').map((s) => s.trim()).filter(Boolean),
         logger,
         ...(o.metricsAddr ? { metricsAddr: o.metricsAddr } : {}),
         podWaitMs,
-        splice: o.splice,
+        selfCheckMs: Math.round(selfCheckS * 1000),
+        splice: o.splice === true,
       });
       await new Promise<void>((resolve) => {
         const stop = (signal: string) => {
