@@ -6,8 +6,9 @@
 //   noproxy      the app connects straight to the service (whole path only)
 //   direct       the app connects to the proxy's address itself: the floor
 //   iptables     Istio's rules from src/fallback-iptables in the pod netns
-//   ebpf         meshcap's eBPF datapath, splice off
-//   ebpf-splice  meshcap's eBPF datapath, sk_msg splice on
+//   ebpf         meshcap's eBPF datapath, splice off (the default)
+//   ebpf-splice  meshcap's eBPF datapath, sk_msg splice switched on explicitly
+//                (experimental, off by default: it can reorder bytes, issue 20)
 //
 // measured on two legs: "echo", the app-to-proxy leg alone (the proxy is
 // bench/datapath/mc-bench-echo, which reads SO_ORIGINAL_DST on every accept

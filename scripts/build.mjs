@@ -34,6 +34,16 @@ await run('make', ['-s', '-C', 'bpf', `OUT=${path.join(build, 'bpf')}`, `VMLINUX
 await run(path.join(root, 'node_modules/.bin/cmake-js'), ['compile', '--log-level', 'error',
   '-d', 'native', '-O', path.join(build, 'native')], { stdio: ['ignore', 'ignore', 'inherit'] });
 
-// 4. TypeScript.
+// 4. Test tools: mc-order-check, the byte-order checker of the splice
+//    regression test (test/privileged/datapath/splice-order.test.ts).
+for (const t of ['mc-order-check']) {
+  const src = path.join(root, 'bench/datapath', `${t}.c`);
+  const out = path.join(build, 'bin', t);
+  if (existsSync(out) && statSync(out).mtimeMs >= statSync(src).mtimeMs) continue;
+  mkdirSync(path.dirname(out), { recursive: true });
+  await run('cc', ['-O2', '-Wall', '-Wextra', '-Werror', '-pthread', '-o', out, src]);
+}
+
+// 5. TypeScript.
 await run(path.join(root, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.json']);
 console.log('build: ok');

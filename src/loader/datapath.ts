@@ -70,8 +70,9 @@ function inspectPinnedLink(pin: string, attachType: number, cgroupId: bigint): {
 
 /**
  * objectDir: where the .bpf.o files are (default: this package's build/bpf).
- * splice: on unless false — docs/bench-datapath.md measured it faster for
- * request/response (1.66x on the app-to-proxy leg) at the same connection rate.
+ * splice: off unless true. Experimental: it can reorder a connection's bytes
+ * when the app writes before the proxy accepts (issue 20, docs/datapath.md),
+ * so it is opt-in however much faster it measured.
  */
 export async function loadDatapath(opts: { pinRoot: string; splice?: boolean; objectDir?: string }): Promise<LoadResult> {
   await ensureBpffs();
@@ -129,7 +130,7 @@ export async function loadDatapath(opts: { pinRoot: string; splice?: boolean; ob
       obj.close();
     }
   }
-  setSplice(opts.pinRoot, opts.splice ?? true);
+  setSplice(opts.pinRoot, opts.splice ?? false);
   return { pinRoot: opts.pinRoot, cgroup, links, mapPrograms };
 }
 
@@ -139,6 +140,15 @@ export function setSplice(pinRoot: string, on: boolean): void {
   withFd(fd, () => {
     const key = Buffer.alloc(4);
     bpf.mapUpdate(fd, key, mcSettings.encode({ flags: on ? SettingsFlag.SPLICE : 0 }));
+  });
+}
+
+/** Whether the splice is switched on in the pinned settings map. */
+export function spliceOn(pinRoot: string): boolean {
+  const fd = bpf.objGet(path.join(pinLayout(pinRoot).maps, MAP.settings));
+  return withFd(fd, () => {
+    const v = bpf.mapLookup(fd, Buffer.alloc(4), mcSettings.size);
+    return v !== null && (mcSettings.decode(v).flags & SettingsFlag.SPLICE) !== 0;
   });
 }
 
