@@ -3,7 +3,8 @@
 // Every ADD that should capture either has its redirect in place before it
 // answers or fails with a CniError naming the pod and the cause.
 import type { Logger } from 'pino';
-import { CNI_ERROR_CODES, CniError } from '../cni/spec.js';
+import { CniError } from '../cni/errors.js';
+import { CNI_ERROR_CODES } from '../cni/rules.js';
 import type { AddOutcome, CniHandlers, CniRequest } from '../cni/types.js';
 import { namespaceExclusion } from '../kube/meshed.js';
 import type { PodSource } from '../kube/pod-source.js';

@@ -1,7 +1,10 @@
-// One CNI request, start to answer: validate (spec.ts), call the handler,
+// One CNI request, start to answer: validate (request.ts), call the handler,
 // build the reply the forwarder prints. Handlers never build results: ADD
 // answers the config's prevResult converted to its cniVersion.
-import { CNI_ERROR_CODES, CniError, convertResult, errorVersion, parseRequest, type RawRequest } from './spec.js';
+import { CniError, errorVersion } from './errors.js';
+import { parseRequest, type RawRequest } from './request.js';
+import { convertResult } from './result.js';
+import { CNI_ERROR_CODES } from './rules.js';
 import type { CniHandlers } from './types.js';
 import type { WireReply } from './wire.js';
 

@@ -6,7 +6,8 @@ import net from 'node:net';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { dispatch } from './dispatch.js';
-import { CNI_ERROR_CODES, CniError } from './spec.js';
+import { CniError } from './errors.js';
+import { CNI_ERROR_CODES } from './rules.js';
 import type { CniHandlers } from './types.js';
 import { MAX_REQUEST_BYTES, decodeWireRequest, encodeWireReply, type WireReply } from './wire.js';
 

@@ -1,9 +1,10 @@
 // What the agent implements: the CNI verbs as handlers. The protocol layer
 // (src/cni/server.ts) validates requests and builds every answer; handlers
 // only decide and act, and throw CniError for spec errors.
-import type { NetConf } from './spec.js';
+import type { NetConf } from './netconf.js';
+import type { CniCommand } from './rules.js';
 
-export type CniCommand = 'ADD' | 'DEL' | 'CHECK' | 'STATUS' | 'GC';
+export type { CniCommand };
 
 export interface CniRequest {
   command: CniCommand;

@@ -1,7 +1,9 @@
 // The forwarder <-> agent wire protocol (docs/cni.md): one JSON request per
 // connection, ended by the client's half-close; one JSON reply, ended by the
 // server's close. Pure codec, no I/O.
-import { CNI_ERROR_CODES, CniError, type RawRequest } from './spec.js';
+import { CniError } from './errors.js';
+import type { RawRequest } from './request.js';
+import { CNI_ERROR_CODES } from './rules.js';
 
 export const WIRE_VERSION = 1;
 

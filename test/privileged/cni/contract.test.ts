@@ -13,7 +13,8 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startCniServer, type CniServer } from '../../../src/cni/server.js';
-import { CniError, SUPPORTED_VERSIONS, type CniVersion } from '../../../src/cni/spec.js';
+import { CniError } from '../../../src/cni/errors.js';
+import { SUPPORTED_VERSIONS, type CniVersion } from '../../../src/cni/rules.js';
 import type { CniHandlers, CniRequest } from '../../../src/cni/types.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');

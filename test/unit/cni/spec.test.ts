@@ -1,22 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import {
-  CNI_ERROR_CODES,
-  CniError,
-  SUPPORTED_VERSIONS,
-  compareVersions,
-  convertResult,
-  errorVersion,
-  isSupportedVersion,
-  negotiateVersion,
-  parseCniArgs,
-  parseNetConf,
-  parseRequest,
-  validAttachments,
-  validateContainerId,
-  validateIfname,
-  versionInfo,
-  type RawRequest,
-} from '../../../src/cni/spec.js';
+import { parseCniArgs, validateContainerId, validateIfname } from '../../../src/cni/env.js';
+import { CniError, errorVersion } from '../../../src/cni/errors.js';
+import { parseNetConf, validAttachments } from '../../../src/cni/netconf.js';
+import { parseRequest, type RawRequest } from '../../../src/cni/request.js';
+import { convertResult } from '../../../src/cni/result.js';
+import { CNI_ERROR_CODES, SUPPORTED_VERSIONS } from '../../../src/cni/rules.js';
+import { compareVersions, isSupportedVersion, negotiateVersion, versionInfo } from '../../../src/cni/versions.js';
 
 function codeOf(fn: () => unknown): number {
   try {

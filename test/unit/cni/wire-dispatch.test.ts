@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { dispatch } from '../../../src/cni/dispatch.js';
-import { CniError, type RawRequest } from '../../../src/cni/spec.js';
+import { CniError } from '../../../src/cni/errors.js';
+import type { RawRequest } from '../../../src/cni/request.js';
 import type { CniHandlers } from '../../../src/cni/types.js';
 import { decodeWireRequest, encodeWireReply } from '../../../src/cni/wire.js';
 
