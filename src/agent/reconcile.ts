@@ -75,6 +75,9 @@ export function nodeDatapathProblems(pinRoot: string, ebpf: EbpfPods): string[] 
   return problems;
 }
 
+/** Pods reconciled at once. */
+export const RECONCILE_CONCURRENCY = 4;
+
 const podName = (r: AttachmentRecord) => `${r.podNamespace}/${r.podName}`;
 const causeOf = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
@@ -87,7 +90,7 @@ const causeOf = (err: unknown) => (err instanceof Error ? err.message : String(e
 export async function reconcilePods(
   d: ReconcileDeps,
   trigger: ReconcileTrigger,
-  opts: { sweepOrphans?: boolean; skipIptables?: boolean } = {},
+  opts: { sweepOrphans?: boolean; skipIptables?: boolean; concurrency?: number } = {},
 ): Promise<ReconcileReport> {
   const t0 = performance.now();
   const log = d.logger.child({ component: 'reconcile' });
@@ -106,18 +109,18 @@ export async function reconcilePods(
     },
   };
 
-  for (const first of d.store.list()) {
-    // iptables pods cost an iptables-save in their netns each: the self-check
-    // visits them less often than eBPF pods (see the agent).
-    if (opts.skipIptables && first.mode === 'iptables') continue;
-    report.records++;
+  // iptables pods cost an iptables-save in their netns each: the self-check
+  // visits them less often than eBPF pods (see the agent).
+  const records = d.store.list().filter((r) => !(opts.skipIptables && r.mode === 'iptables'));
+  report.records = records.length;
+  const one = async (first: AttachmentRecord): Promise<void> => {
     const out = await d.lock.run(first.containerId, async (): Promise<PodOutcome | null> => {
       // Re-read under the lock: an ADD or DEL may have changed it meanwhile.
       const rec = d.store.get(first.containerId, first.ifname);
       if (!rec) return null;
       return reconcileOne(d, rec, pass, trigger);
     });
-    if (!out) continue;
+    if (!out) return;
     report.pods.push(out);
     report[out.outcome]++;
     d.onOutcome?.(out.outcome, trigger);
@@ -125,15 +128,21 @@ export async function reconcilePods(
     if (out.outcome === 'restored') log.warn({ pod, containerId: out.containerId, trigger, drift: out.detail }, 'datapath differed from the record: pod restored');
     else if (out.outcome === 'dropped') log.info({ pod, containerId: out.containerId, trigger, reason: out.detail?.[0] }, 'record dropped: its netns is gone');
     else if (out.outcome === 'failed') {
-      const rec = first;
-      const msg = `meshcap cannot restore the ${rec.mode} redirect of pod ${pod}: ${out.detail?.join('; ')}. Its traffic may bypass the sidecar until this is fixed (see meshcap status).`;
-      log.error({ pod, containerId: out.containerId, netns: rec.netns, trigger, problems: out.detail }, 'pod NOT restored: its traffic may bypass the sidecar');
-      await d.reporter?.podProblem(rec.podNamespace, rec.podName, 'MeshcapRedirectLost', msg).catch((err: unknown) => {
+      const msg = `meshcap cannot restore the ${first.mode} redirect of pod ${pod}: ${out.detail?.join('; ')}. Its traffic may bypass the sidecar until this is fixed (see meshcap status).`;
+      log.error({ pod, containerId: out.containerId, netns: first.netns, trigger, problems: out.detail }, 'pod NOT restored: its traffic may bypass the sidecar');
+      await d.reporter?.podProblem(first.podNamespace, first.podName, 'MeshcapRedirectLost', msg).catch((err: unknown) => {
         log.warn({ pod, err: causeOf(err) }, 'cannot post a pod event');
       });
     }
     report.listenersRegistered += out.listeners ?? 0;
-  }
+  };
+  // A few pods at a time: iptables pods wait on iptables-save/-restore
+  // processes, so overlapping them shortens a node's uncaptured window.
+  let next = 0;
+  const worker = async () => {
+    while (next < records.length) await one(records[next++]!);
+  };
+  await Promise.all(Array.from({ length: Math.min(opts.concurrency ?? RECONCILE_CONCURRENCY, records.length) }, worker));
 
   const ebpf = d.datapath.ebpf;
   if (opts.sweepOrphans && ebpf) {
