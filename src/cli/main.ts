@@ -1,9 +1,11 @@
 // The meshcap command line (commander: subcommands, help, choices, errors).
+// Every subcommand is registered here, from src/cli/; the logic each runs
+// lives in its own module.
 import { Command } from 'commander';
 import { registerProbeCommand } from './probe-command.js';
 import { registerDatapathCommands } from './datapath-commands.js';
-import { registerProxyCommand } from '../proxy/main.js';
-import { registerIptablesCommand } from '../fallback-iptables/cli.js';
+import { registerProxyCommand } from './proxy-command.js';
+import { registerIptablesCommand } from './iptables-command.js';
 import { registerAgentCommand } from './agent-command.js';
 import { registerStatusCommand } from './status-command.js';
 import { registerSandboxCommand } from './sandbox-command.js';

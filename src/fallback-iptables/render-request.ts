@@ -1,10 +1,9 @@
-// `meshcap iptables render ...`: prints the iptables-restore input istio-iptables
-// (flags) or istio-cni (--pod) would program. The render subcommand parses its
-// own argv because istio-iptables' short flags (-p, -z, -u, ...) and pflag
-// syntax (-p15001, -p=15001) are not commander options; commander only
-// collects the words (allowUnknownOption + a variadic argument).
+// What `meshcap iptables render` renders: its argv split into meshcap's own
+// options and istio-iptables' flags (-p, -z, -u, ... in pflag syntax: -p15001,
+// -p=15001, which are not commander options), the CaptureConfig they or a Pod
+// manifest (--pod) describe, and the rendered text. The command itself is
+// registered in src/cli/iptables-command.ts.
 import { readFileSync } from 'node:fs';
-import type { Command } from 'commander';
 import { parse as parseYaml } from 'yaml';
 import type { V1Pod } from '@kubernetes/client-node';
 import { splitList, type CaptureConfig } from '../redirect/config.js';
@@ -99,26 +98,4 @@ export function renderForArgs(argv: readonly string[], env: Record<string, strin
   const req = parseRenderArgs(argv);
   const out = renderIptables(captureConfigForRender(req, env));
   return req.family === 6 ? (out.v6 ?? '') : out.v4;
-}
-
-export function registerIptablesCommand(program: Command, io: { write: (s: string) => void } = { write: (s) => process.stdout.write(s) }): Command {
-  const iptables = program.command('iptables').description('iptables fallback (istio-iptables compatible)');
-  iptables
-    .command('render')
-    .description(
-      'print the iptables-restore input istio-iptables would program.\n' +
-      '  render [istio-iptables flags] [--family 4|6] [--dns-servers-v4 LIST] [--dns-servers-v6 LIST]\n' +
-      '  render --pod FILE [--family 4|6] [--profile istio|linkerd]   (YAML or JSON Pod, istio-cni defaults)',
-    )
-    .argument('[args...]', 'istio-iptables flags (-p, -z, -u, ..., --redirect-dns, ...) and the options above')
-    .allowUnknownOption()
-    .allowExcessArguments()
-    .action((args: string[], _opts: unknown, cmd: Command) => {
-      try {
-        io.write(renderForArgs(args));
-      } catch (e) {
-        cmd.error(`meshcap iptables render: ${(e as Error).message}`, { exitCode: 2 });
-      }
-    });
-  return iptables;
 }

@@ -1,6 +1,7 @@
-// `node dist/proxy/main.js` / `meshcap proxy`: run the reference proxy.
-import { Command } from 'commander';
-import { startReferenceProxy } from './reference-proxy.js';
+// `meshcap proxy`: the reference transparent proxy (src/proxy/) with its
+// ports and switches from the command line.
+import type { Command } from 'commander';
+import { runReferenceProxy } from '../proxy/run.js';
 
 export function registerProxyCommand(program: Command): void {
   program
@@ -14,7 +15,7 @@ export function registerProxyCommand(program: Command): void {
     .option('--transparent', 'IP_TRANSPARENT on the inbound listeners (iptables TPROXY mode, as Envoy does)')
     .option('--quiet', 'no per-connection lines')
     .action(async (o: { outbound: string; inbound: string; dns?: string; echo?: boolean; ipv6: boolean; quiet?: boolean; transparent?: boolean }) => {
-      const p = startReferenceProxy({
+      await runReferenceProxy({
         outboundPort: Number(o.outbound),
         inboundPort: Number(o.inbound),
         ...(o.dns ? { dnsPort: Number(o.dns) } : {}),
@@ -23,14 +24,5 @@ export function registerProxyCommand(program: Command): void {
         quiet: o.quiet ?? false,
         transparent: o.transparent ?? false,
       });
-      await p.ready;
-      process.stdout.write(JSON.stringify({ event: 'ready', pid: process.pid, uid: process.getuid?.() }) + '\n');
-      const stop = () => {
-        p.close();
-        process.stdout.write(JSON.stringify({ event: 'stats', ...p.stats }) + '\n');
-        process.exit(0);
-      };
-      process.on('SIGTERM', stop);
-      process.on('SIGINT', stop);
     });
 }

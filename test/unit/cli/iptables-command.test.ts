@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { parseRenderArgs, registerIptablesCommand, renderForArgs } from '../../../src/fallback-iptables/cli.js';
+import { registerIptablesCommand } from '../../../src/cli/iptables-command.js';
+import { parseRenderArgs, renderForArgs } from '../../../src/fallback-iptables/render-request.js';
 import { parseIstioIptablesArgs } from '../../../src/redirect/flags.js';
 import { renderIptables } from '../../../src/fallback-iptables/render.js';
 
