@@ -1,3 +1,5 @@
+// src/cni/'s pure protocol modules, one describe block each: errors, versions,
+// result, netconf, env, request.
 import { describe, expect, it } from 'vitest';
 import { parseCniArgs, validateContainerId, validateIfname } from '../../../src/cni/env.js';
 import { CniError, errorVersion } from '../../../src/cni/errors.js';
