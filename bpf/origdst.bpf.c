@@ -4,7 +4,13 @@
  * IP6T_SO_ORIGINAL_DST (SOL_IPV6) for the proxy's accepted sockets in meshed
  * pods with the same struct an iptables REDIRECT + conntrack would give.
  * Every other option, and every socket outside meshed pods, is left exactly
- * as the kernel answered (optlen, optval and retval untouched).
+ * as the kernel answered: mc_pass() sets ctx->optlen to 0, which tells the
+ * kernel (5.12+) to keep the caller's buffer and length as its own
+ * getsockopt left them. Returning 1 with optlen untouched is not the same:
+ * before upstream 29ebbba7d461 (5.15.121, 6.1.39, 6.3) an answer longer
+ * than a page (iptables-legacy's IPT_SO_GET_ENTRIES, as kube-proxy reads it;
+ * SO_PEERGROUPS with many groups) then failed with EFAULT on every socket of
+ * the node, and it saves copying up to a page back on every getsockopt.
  *
  * optlen is left as the caller passed it, as getorigdst() does: the kernel's
  * buffer for this hook is zeroed, so a caller's sockaddr_storage comes back
@@ -29,6 +35,13 @@ struct mc_sockaddr_in6 {
 	__u32 scope_id;
 };
 
+/* Not ours: the kernel's answer stands, whatever its length. */
+MC_INLINE int mc_pass(struct bpf_sockopt *ctx)
+{
+	ctx->optlen = 0;
+	return 1;
+}
+
 SEC("cgroup/getsockopt")
 int mc_getsockopt(struct bpf_sockopt *ctx)
 {
@@ -39,13 +52,13 @@ int mc_getsockopt(struct bpf_sockopt *ctx)
 	__u64 netns;
 
 	if (ctx->optname != SO_ORIGINAL_DST || (ctx->level != SOL_IP && ctx->level != SOL_IPV6))
-		return 1;
+		return mc_pass(ctx);
 	if (!sk)
-		return 1;
+		return mc_pass(ctx);
 	netns = bpf_get_netns_cookie(ctx);
 	pod = mc_pod_of(netns);
 	if (!pod)
-		return 1;
+		return mc_pass(ctx);
 
 	o = bpf_sk_storage_get(&mc_skorig, sk, 0, 0);
 	if (!o) {
@@ -54,10 +67,10 @@ int mc_getsockopt(struct bpf_sockopt *ctx)
 		 * answers for them; only the proxy gets that answer. */
 		__u64 ug = bpf_get_current_uid_gid();
 		if ((__u32)ug != pod->proxy_uid && (__u32)(ug >> 32) != pod->proxy_gid)
-			return 1;
+			return mc_pass(ctx);
 		if (sk->protocol != IPPROTO_TCP || sk->src_port == pod->outbound_port ||
 		    sk->src_port == pod->inbound_port)
-			return 1;
+			return mc_pass(ctx);
 		if (sk->family == AF_INET) {
 			mc_v4mapped(local.addr, sk->src_ip4);
 		} else {
@@ -74,7 +87,7 @@ int mc_getsockopt(struct bpf_sockopt *ctx)
 	if (ctx->level == SOL_IP) {
 		struct mc_sockaddr_in *sin = ctx->optval;
 		if (o->family != 4 || (void *)(sin + 1) > ctx->optval_end)
-			return 1;
+			return mc_pass(ctx);
 		sin->family = AF_INET;
 		sin->port = bpf_htons(o->port);
 		__builtin_memcpy(&sin->addr, o->addr + 12, 4);
@@ -82,7 +95,7 @@ int mc_getsockopt(struct bpf_sockopt *ctx)
 	} else {
 		struct mc_sockaddr_in6 *sin6 = ctx->optval;
 		if (o->family != 6 || (void *)(sin6 + 1) > ctx->optval_end)
-			return 1;
+			return mc_pass(ctx);
 		sin6->family = AF_INET6;
 		sin6->port = bpf_htons(o->port);
 		sin6->flowinfo = 0;
