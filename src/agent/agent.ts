@@ -4,12 +4,16 @@
 // is gone); serve CNI; ready; then a periodic self-check that repairs drift.
 // close() stops serving and leaves the datapath in place: traffic keeps
 // flowing while the agent is down.
+import { existsSync } from 'node:fs';
+import path from 'node:path';
 import type { Logger } from 'pino';
 import { startCniServer, type CniServer } from '../cni/server.js';
 import type { CniHandlers } from '../cni/types.js';
 import type { PodSource } from '../kube/pod-source.js';
 import { loadDatapath } from '../loader/datapath.js';
-import type { Mode, ModeRequest } from '../loader/mode.js';
+import { pinLayout } from '../loader/manifest.js';
+import { keepPinnedMode, type Mode, type ModeRequest } from '../loader/mode.js';
+import { MAP } from '../maps/layout.js';
 import { probeKernel } from '../loader/probe.js';
 import { EbpfPods } from '../maps/ebpf-pods.js';
 import { createAgentHandlers } from './handlers.js';
@@ -99,8 +103,9 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
     let reasons = ['iptables mode forced by --mode iptables'];
     if (o.mode !== 'iptables') {
       const probe = await probeKernel(o.mode);
-      mode = probe.mode;
-      reasons = probe.reasons;
+      const pinned = existsSync(path.join(pinLayout(o.pinRoot).maps, MAP.pods));
+      ({ mode, reasons } = keepPinnedMode(probe, o.mode, pinned));
+      if (mode !== probe.mode) log.warn({ probe: probe.reasons, pinRoot: o.pinRoot }, 'the probe chose iptables mode, but the eBPF datapath is pinned: staying in eBPF mode');
     }
     if (mode === 'ebpf') {
       await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice });

@@ -42,3 +42,19 @@ export function decideMode(input: {
   if (requested === 'ebpf') throw new ModeRefusedError(blockers);
   return { mode: 'iptables', reasons: blockers };
 }
+
+/**
+ * Mode is sticky: where an earlier agent pinned the eBPF datapath (pins live
+ * until reboot or uninstall), `auto` stays in eBPF mode even if this probe
+ * says otherwise. A transient probe failure must not flip a node with
+ * running eBPF pods to iptables (its pods' DELs and CHECKs would then look
+ * in the wrong datapath); if eBPF really is gone, loading the datapath fails
+ * loudly instead. --mode iptables still wins.
+ */
+export function keepPinnedMode(d: ModeDecision, requested: ModeRequest, pinned: boolean): ModeDecision {
+  if (requested !== 'auto' || d.mode === 'ebpf' || !pinned) return d;
+  return {
+    mode: 'ebpf',
+    reasons: [`the eBPF datapath is already pinned on this node: staying in eBPF mode although the probe said: ${d.reasons.join('; ')}`],
+  };
+}

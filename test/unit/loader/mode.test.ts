@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decideMode, ModeRefusedError } from '../../../src/loader/mode.js';
+import { decideMode, keepPinnedMode, ModeRefusedError } from '../../../src/loader/mode.js';
 import { REQUIRED_FEATURES, type FeatureResult } from '../../../src/loader/features.js';
 
 const all = (ok = true): Record<string, FeatureResult> =>
@@ -59,5 +59,20 @@ describe('mode decision', () => {
 
   it('rejects a release it cannot parse', () => {
     expect(() => decideMode({ kernel: 'banana', features: all(), requested: 'auto' })).toThrow(/cannot parse kernel release/);
+  });
+});
+
+describe('keepPinnedMode (mode is sticky)', () => {
+  const iptables = { mode: 'iptables' as const, reasons: ['helper.sock_ops.get_netns_cookie missing'] };
+  it('keeps eBPF mode where the datapath is pinned and the probe (auto) said iptables, quoting the probe', () => {
+    const d = keepPinnedMode(iptables, 'auto', true);
+    expect(d.mode).toBe('ebpf');
+    expect(d.reasons[0]).toMatch(/already pinned.*get_netns_cookie missing/);
+  });
+  it('changes nothing without pins, with --mode iptables, or when the probe chose eBPF', () => {
+    expect(keepPinnedMode(iptables, 'auto', false)).toBe(iptables);
+    expect(keepPinnedMode({ mode: 'iptables', reasons: ['forced'] }, 'iptables', true).mode).toBe('iptables');
+    const ebpf = { mode: 'ebpf' as const, reasons: ['ok'] };
+    expect(keepPinnedMode(ebpf, 'auto', true)).toBe(ebpf);
   });
 });
