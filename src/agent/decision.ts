@@ -42,9 +42,21 @@ export function decideAdd(pod: V1Pod, input: DecideInput): AddDecision {
   // status.podIPs is usually still empty when ADD runs.
   const config = podToCaptureConfig(pod, meshed.profile, { enableIPv6: podIPs.some((ip) => ip.includes(':')) });
   if (input.nodeMode === 'iptables') return { kind: 'capture', profile: meshed.profile, mode: 'iptables', config, podIPs };
-  const unsupported = ebpfUnsupported(config, podIPs);
+  const unsupported = userNamespaced(pod) ?? ebpfUnsupported(config, podIPs);
   if (unsupported) return { kind: 'capture', profile: meshed.profile, mode: 'iptables', fallbackReason: unsupported, config, podIPs };
   return { kind: 'capture', profile: meshed.profile, mode: 'ebpf', config, podIPs };
+}
+
+/**
+ * A pod with its own user namespace (`hostUsers: false`): the programs see
+ * host uids (bpf_get_current_uid_gid), so the proxy's uid 1337 inside the pod
+ * is not 1337 to them and its own connections would loop back to 15001. The
+ * iptables owner match translates through the netns's user namespace, as
+ * istio-cni relies on.
+ */
+export function userNamespaced(pod: V1Pod): string | undefined {
+  if (pod.spec?.hostUsers !== false) return undefined;
+  return 'hostUsers: false (a user-namespaced pod): the eBPF programs see host uids, not the proxy\'s uid inside the pod, so it uses iptables mode';
 }
 
 /** Why eBPF mode cannot honour this config (the pod then gets iptables mode), or undefined. */

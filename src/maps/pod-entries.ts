@@ -1,7 +1,7 @@
 // Pod capture config -> the exact map entries the datapath reads. Pure, so
 // every decision is unit-testable; the registry writes the result.
 import type { CaptureConfig, Cidr } from '../redirect/config.js';
-import { parseAddr } from '../redirect/cidr.js';
+import { cidrToString, parseAddr } from '../redirect/cidr.js';
 import { ISTIO_ANNOTATIONS } from '../mesh/vocabulary.js';
 import {
   CidrKind, MAP, MC_CIDR_KEY_BITS, MC_POD_ADDRS, PodFlag, PortKind,
@@ -49,6 +49,18 @@ export function podEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[]):
   if (p.excludeInterfaces.length || p.kubeVirtInterfaces.length) {
     throw new UnsupportedInEbpfError(`${ISTIO_ANNOTATIONS.excludeInterfaces} / kubevirtInterfaces`, 'per-interface rules');
   }
+  // Envoy's TPROXY inbound reaches the app from the client's address with
+  // mark 1337, which Istio's mangle/mark rules let through; the connect hook
+  // sees only the proxy uid and a connect to the pod's own address, and would
+  // send it back to 15006.
+  if (p.tproxy) throw new UnsupportedInEbpfError('interception mode', 'TPROXY (original-source upstream with socket mark)');
+  // Istio drops its `-o lo` RETURN when an include range covers loopback; the
+  // programs always leave loopback alone.
+  if (p.outboundIncludesLoopback) throw new UnsupportedInEbpfError('includeOutboundIPRanges', 'a range covering loopback');
+  // The programs hard-code Istio's default 127.0.0.1/32.
+  if (cidrToString(p.hostIPv4Loopback) !== '127.0.0.1/32') {
+    throw new UnsupportedInEbpfError('ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR', `${cidrToString(p.hostIPv4Loopback)} (only 127.0.0.1/32)`);
+  }
 
   const v4 = podIPs.map(addrBytes).filter((a) => a.family === 4);
   const v6 = podIPs.map(addrBytes).filter((a) => a.family === 6);
@@ -66,7 +78,6 @@ export function podEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[]):
   if (p.inboundIncludeAll) flags |= PodFlag.IN_ALL;
   if (p.dnsCapture !== 'off') flags |= PodFlag.DNS;
   if (p.dnsCapture === 'all') flags |= PodFlag.DNS_ALL;
-  if (p.tproxy) flags |= PodFlag.TPROXY;
   if (cfg.enableIPv6 || v6.length > 0) flags |= PodFlag.IPV6;
 
   const key = u64Key(netns);

@@ -81,8 +81,15 @@ const inboundAccepts = () => proxy.accepts().filter((a) => a.listener === 'inbou
     expect(inboundAccepts().slice(n).map((x) => x.orig)).toEqual(['198.18.4.1:8080']);
   });
 
-  it('gives TPROXY mode the original destination as the accepted socket\'s own address', async () => {
+  it('gives TPROXY mode the original destination as the accepted socket\'s own address (eBPF mode refuses TPROXY, naming it)', async () => {
     const cfg = istioCapture({ ips: IPS, annotations: { 'sidecar.istio.io/interceptionMode': 'TPROXY' } });
+    if (mode === 'ebpf') {
+      // Envoy's TPROXY upstream (client source, mark 1337) would loop through
+      // the connect hook: such pods get iptables mode (decision.ts) instead.
+      await expect(dp.register(pod.path, cfg, IPS)).rejects.toThrow(/TPROXY.*not supported in eBPF mode/);
+      expect(await dp.check(pod.path, istioCapture({ ips: IPS }), IPS), 'a refused register leaves the earlier config in place').toEqual([]);
+      return;
+    }
     await dp.register(pod.path, cfg, IPS);
     const n = inboundAccepts().length;
     expect((await client.connect('198.18.4.1', 9091, 'tproxy')).data).toBe('198.18.4.1:9091|tproxy');

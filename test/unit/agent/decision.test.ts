@@ -59,6 +59,17 @@ describe('decideAdd', () => {
     expect(d).toMatchObject({ kind: 'capture', mode: 'iptables', fallbackReason: expect.stringContaining('not supported in eBPF mode') });
   });
 
+  it('gives a user-namespaced pod (hostUsers: false) iptables mode, saying why; TPROXY likewise', () => {
+    const userns = istioPod();
+    userns.spec!.hostUsers = false;
+    expect(decideAdd(userns, input)).toMatchObject({ kind: 'capture', mode: 'iptables', fallbackReason: expect.stringMatching(/hostUsers: false.*host uids/) });
+    const hostUsers = istioPod();
+    hostUsers.spec!.hostUsers = true;
+    expect(decideAdd(hostUsers, input)).toMatchObject({ kind: 'capture', mode: 'ebpf' });
+    const tproxy = istioPod({ annotations: { 'sidecar.istio.io/interceptionMode': 'TPROXY' } });
+    expect(decideAdd(tproxy, input)).toMatchObject({ kind: 'capture', mode: 'iptables', fallbackReason: expect.stringContaining('TPROXY') });
+  });
+
   it('throws (for the caller to name the pod) on an invalid annotation', () => {
     expect(() => decideAdd(istioPod({ annotations: { 'traffic.sidecar.istio.io/excludeOutboundPorts': 'http' } }), input)).toThrow(/excludeOutboundPorts/);
   });
