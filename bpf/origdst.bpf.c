@@ -4,13 +4,14 @@
  * IP6T_SO_ORIGINAL_DST (SOL_IPV6) for the proxy's accepted sockets in meshed
  * pods with the same struct an iptables REDIRECT + conntrack would give.
  * Every other option, and every socket outside meshed pods, is left exactly
- * as the kernel answered: mc_pass() sets ctx->optlen to 0, which tells the
- * kernel (5.12+) to keep the caller's buffer and length as its own
- * getsockopt left them. Returning 1 with optlen untouched is not the same:
+ * as the kernel answered: for an answer over a page mc_pass() sets
+ * ctx->optlen to 0, which tells the kernel (5.12+) to keep the caller's
+ * buffer and length as its own getsockopt left them. Returning 1 with optlen
+ * untouched is not the same:
  * before upstream 29ebbba7d461 (5.15.121, 6.1.39, 6.3) an answer longer
  * than a page (iptables-legacy's IPT_SO_GET_ENTRIES, as kube-proxy reads it;
  * SO_PEERGROUPS with many groups) then failed with EFAULT on every socket of
- * the node, and it saves copying up to a page back on every getsockopt.
+ * the node.
  *
  * optlen is left as the caller passed it, as getorigdst() does: the kernel's
  * buffer for this hook is zeroed, so a caller's sockaddr_storage comes back
@@ -35,10 +36,20 @@ struct mc_sockaddr_in6 {
 	__u32 scope_id;
 };
 
-/* Not ours: the kernel's answer stands, whatever its length. */
+/*
+ * Not ours: the answer stands as it is, whatever its length. Only an answer
+ * longer than the page the kernel showed us gets optlen 0 (keep the caller's
+ * buffer); a shorter one is left alone, since another program before us at
+ * the root may have written it (zeroing optlen there would throw its answer
+ * away: two meshcap datapaths, or another mesh's getsockopt, side by side).
+ * 4096: the page of x86-64 and of arm64's default; with larger pages answers
+ * between 4 KiB and a page fit the kernel's buffer and need nothing.
+ */
+#define MC_SOCKOPT_PAGE 4096
 MC_INLINE int mc_pass(struct bpf_sockopt *ctx)
 {
-	ctx->optlen = 0;
+	if (ctx->optlen > MC_SOCKOPT_PAGE)
+		ctx->optlen = 0;
 	return 1;
 }
 

@@ -67,6 +67,36 @@ describeEbpf('cgroup/getsockopt passes every other option through untouched, ans
     expect(await probe(ns.name)).toEqual(without);
   });
 
+  it('side by side with a second datapath at the root, each one\'s SO_ORIGINAL_DST answer survives the other\'s pass-through', async () => {
+    // Two getsockopt programs at the cgroup root run one after the other: the
+    // later one must not throw away what the earlier one answered.
+    const srv = await lab.netns('gsosrv');
+    const app1 = await lab.netns('gsoa1');
+    const app2 = await lab.netns('gsoa2');
+    await lab.link(app1.name, srv.name, { a4: ['198.18.31.1/24'], b4: ['198.18.31.2/24'] });
+    await lab.link(app2.name, srv.name, { a4: ['198.18.32.1/24'], b4: ['198.18.32.2/24'] });
+    const server = await lab.agent(srv.name);
+    await server.listen('198.18.31.2', 80);
+    await server.listen('198.18.32.2', 80);
+    const second = testPinRoot();
+    await loadDatapath({ pinRoot: second });
+    const other = new EbpfPods(second);
+    try {
+      // app1 in the datapath attached first, app2 in the one attached second
+      await ebpf!.register(app1.path, istioCapture({ ips: ['198.18.31.1'], ipv6: false }), ['198.18.31.1']);
+      await other.register(app2.path, istioCapture({ ips: ['198.18.32.1'], ipv6: false }), ['198.18.32.1']);
+      for (const [ns, dst] of [[app1, '198.18.31.2'], [app2, '198.18.32.2']] as const) {
+        const proxy = await lab.proxy(ns.name);
+        const app = await lab.agent(ns.name);
+        expect((await app.connect(dst, 80, 'both')).data).toBe(`${dst}:80|both`);
+        expect(proxy.accepts().map((a) => a.orig)).toEqual([`${dst}:80`]);
+      }
+    } finally {
+      other.close();
+      uninstallDatapath(second);
+    }
+  });
+
   it('inside a meshed pod: the same answers', async () => {
     const inPod = await probe(pod.name);
     // The pod netns has the same 150 rules, so the same table bytes.

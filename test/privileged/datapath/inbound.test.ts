@@ -87,7 +87,8 @@ const inboundAccepts = () => proxy.accepts().filter((a) => a.listener === 'inbou
       // Envoy's TPROXY upstream (client source, mark 1337) would loop through
       // the connect hook: such pods get iptables mode (decision.ts) instead.
       await expect(dp.register(pod.path, cfg, IPS)).rejects.toThrow(/TPROXY.*not supported in eBPF mode/);
-      expect(await dp.check(pod.path, istioCapture({ ips: IPS }), IPS), 'a refused register leaves the earlier config in place').toEqual([]);
+      const earlier = istioCapture({ ips: IPS, annotations: { 'traffic.sidecar.istio.io/includeInboundPorts': '8080' } });
+      expect(await dp.check(pod.path, earlier, IPS), 'a refused register leaves the earlier config in place').toEqual([]);
       return;
     }
     await dp.register(pod.path, cfg, IPS);
