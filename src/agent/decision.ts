@@ -38,9 +38,10 @@ export function decideAdd(pod: V1Pod, input: DecideInput): AddDecision {
   const meshed = decideMeshed(pod, { excludeNamespaces: input.excludeNamespaces });
   if (!meshed.meshed) return { kind: 'skip', reason: meshed.reason };
   const podIPs = podIPsOf(input.prevResult, pod);
-  // The addresses the main plugin just gave the pod are the truth on this node;
-  // status.podIPs is usually still empty when ADD runs.
-  const config = podToCaptureConfig(pod, meshed.profile, { enableIPv6: podIPs.some((ip) => ip.includes(':')) });
+  // The addresses the main plugin just gave the pod are the truth on this node
+  // (status.podIPs is usually still empty when ADD runs); Istio's rule on
+  // them decides IPv6 capture, in both modes.
+  const config = podToCaptureConfig(pod, meshed.profile, { podIPs });
   if (input.nodeMode === 'iptables') return { kind: 'capture', profile: meshed.profile, mode: 'iptables', config, podIPs };
   const unsupported = userNamespaced(pod) ?? ebpfUnsupported(config, podIPs);
   if (unsupported) return { kind: 'capture', profile: meshed.profile, mode: 'iptables', fallbackReason: unsupported, config, podIPs };

@@ -78,7 +78,9 @@ export function podEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[]):
   if (p.inboundIncludeAll) flags |= PodFlag.IN_ALL;
   if (p.dnsCapture !== 'off') flags |= PodFlag.DNS;
   if (p.dnsCapture === 'all') flags |= PodFlag.DNS_ALL;
-  if (cfg.enableIPv6 || v6.length > 0) flags |= PodFlag.IPV6;
+  // IPv6 capture as iptables mode renders it (ip6tables rules only with
+  // enableIPv6); the pod's v6 addresses are stored either way (own-pod checks).
+  if (cfg.enableIPv6) flags |= PodFlag.IPV6;
 
   const key = u64Key(netns);
   const pod: MapEntry = {

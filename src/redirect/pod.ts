@@ -22,8 +22,13 @@ import {
 } from './profiles.js';
 
 export interface PodCaptureOptions {
-  /** Render IPv6 too. Default: derived from status.podIPs like Istio's getLocalIP. */
+  /** Render IPv6 too. Default: Istio's rule (ipv6FromPodIPs) on the pod's addresses. */
   enableIPv6?: boolean;
+  /**
+   * The pod's addresses in order, as this node knows them (the CNI chain's
+   * prevResult at ADD, when status.podIPs is still empty); default status.podIPs.
+   */
+  podIPs?: readonly string[];
   /** Istio only warns about unparsable proxy env booleans; this receives those warnings. */
   onWarning?: (message: string) => void;
 }
@@ -80,9 +85,14 @@ function envBool(env: Map<string, string>, name: string, warn: (m: string) => vo
   return b;
 }
 
-/** Istio getLocalIP applied to the pod's IPs. */
-function ipv6FromPodIPs(pod: V1Pod, dualStack: boolean): boolean {
-  const ips = (pod.status?.podIPs ?? []).map((p) => p.ip).filter((ip): ip is string => !!ip);
+/**
+ * Istio's rule (getLocalIP): IPv6 capture follows the family of the pod's
+ * first address, or any IPv6 address when dual stack is on. Not "any IPv6
+ * address" always: a v4-first dual-stack pod whose proxy listens on 0.0.0.0
+ * would then have its IPv6 connections sent to a port nobody listens on.
+ */
+export function ipv6FromPodIPs(pod: V1Pod, dualStack: boolean, known?: readonly string[]): boolean {
+  const ips = known && known.length > 0 ? [...known] : (pod.status?.podIPs ?? []).map((p) => p.ip).filter((ip): ip is string => !!ip);
   if (ips.length === 0 && pod.status?.podIP) ips.push(pod.status.podIP);
   if (ips.length === 0) return false;
   if (!dualStack) return ips[0]!.includes(':');
@@ -157,7 +167,7 @@ export function istioPodToCaptureConfig(pod: V1Pod, opts: PodCaptureOptions = {}
   // Program(): the CNI path always captures all DNS when DNS capture is on.
   s.redirectDNS = dns;
   s.captureAllDNS = dns;
-  s.enableIPv6 = opts.enableIPv6 ?? ipv6FromPodIPs(pod, s.dualStack);
+  s.enableIPv6 = opts.enableIPv6 ?? ipv6FromPodIPs(pod, s.dualStack, opts.podIPs);
 
   return buildCaptureConfig(s, sources);
 }
@@ -236,7 +246,7 @@ export function linkerdPodToCaptureConfig(pod: V1Pod, opts: PodCaptureOptions = 
   // proxy-init without --proxy-gid only matches the uid; Istio's model needs a
   // gid, so the uid doubles as it unless the pod names one.
   s.proxyGID = [gidAnn !== undefined ? gidAnn.trim() : (s.proxyUID[0] as string)];
-  s.enableIPv6 = opts.enableIPv6 ?? ipv6FromPodIPs(pod, false);
+  s.enableIPv6 = opts.enableIPv6 ?? ipv6FromPodIPs(pod, false, opts.podIPs);
 
   return buildCaptureConfig(s, sources);
 }

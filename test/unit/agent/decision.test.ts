@@ -36,9 +36,17 @@ describe('decideAdd', () => {
     expect(d.config.enableIPv6).toBe(false);
   });
 
-  it('enables IPv6 capture when the pod got an IPv6 address', () => {
-    const d = decideAdd(istioPod(), { ...input, prevResult: { ips: [{ address: '198.18.0.5/24' }, { address: '2001:db8::5/64' }] } });
-    expect(d.kind === 'capture' && d.config.enableIPv6).toBe(true);
+  it('decides IPv6 capture by Istio\'s rule on the addresses: the first one\'s family, any IPv6 with ISTIO_DUAL_STACK', () => {
+    const v6 = (ips: string[], proxyEnv?: Record<string, string>) => {
+      const d = decideAdd(istioPod(proxyEnv ? { proxyEnv } : {}), { ...input, prevResult: { ips: ips.map((address) => ({ address })) } });
+      if (d.kind !== 'capture') throw new Error('not captured');
+      return d.config.enableIPv6;
+    };
+    expect(v6(['198.18.0.5/24'])).toBe(false);
+    expect(v6(['2001:db8::5/64'])).toBe(true);
+    expect(v6(['198.18.0.5/24', '2001:db8::5/64']), 'v4-first dual stack, dual stack off').toBe(false);
+    expect(v6(['2001:db8::5/64', '198.18.0.5/24']), 'v6-first').toBe(true);
+    expect(v6(['198.18.0.5/24', '2001:db8::5/64'], { ISTIO_DUAL_STACK: 'true' }), 'dual stack on').toBe(true);
   });
 
   it('skips unmeshed pods and excluded namespaces, with the reason', () => {
