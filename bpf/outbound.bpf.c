@@ -16,6 +16,8 @@ MC_INLINE bool mc_is_host_loopback(const __u8 a[16])
 {
 	/* ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR default 127.0.0.1/32; ::1/128 for v6 */
 	const __u32 *w = (const __u32 *)a;
+	if (mc_is_unspecified(a))
+		return true;
 	if (mc_is_v4mapped(a))
 		return w[3] == bpf_htonl(0x7f000001);
 	return w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == bpf_htonl(1);

@@ -42,9 +42,22 @@ MC_INLINE bool mc_is_v4mapped(const __u8 a[16])
 }
 
 /* 127.0.0.0/8 or ::1 or ::ffff:127.0.0.0/104 */
+/* Unspecified (0.0.0.0, ::): connect() to it reaches this host over
+ * loopback, and the routing the iptables rules see has already made it
+ * 127.0.0.1 / ::1 (__ip_route_output_key_hash), so it counts as that. */
+MC_INLINE bool mc_is_unspecified(const __u8 a[16])
+{
+	const __u32 *w = (const __u32 *)a;
+	if (mc_is_v4mapped(a))
+		return w[3] == 0;
+	return w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == 0;
+}
+
 MC_INLINE bool mc_is_loopback(const __u8 a[16])
 {
 	const __u32 *w = (const __u32 *)a;
+	if (mc_is_unspecified(a))
+		return true;
 	if (mc_is_v4mapped(a))
 		return a[12] == 127;
 	return w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == bpf_htonl(1);

@@ -118,6 +118,16 @@ const acceptedFor = (p: typeof proxy1, orig: string) => p.accepts().filter((a) =
     expect(proxy1.accepts().slice(n).every((a) => a.orig.endsWith(':15001'))).toBe(true);
   });
 
+  it('treats 0.0.0.0 and :: as this host, as the routing iptables sees does (loopback: not redirected)', async () => {
+    await app1.listen('127.0.0.1', 7070);
+    await app1.listen('::1', 7070);
+    const n = proxy1.accepts().length;
+    expect((await app1.connect('0.0.0.0', 7070, 'any4')).data).toBe('127.0.0.1:7070|any4');
+    expect((await app1.connect('::', 7070, 'any6')).data).toBe('[::1]:7070|any6');
+    await new Promise((r) => setTimeout(r, 50));
+    expect(proxy1.accepts().length, 'a connect to the unspecified address reached the proxy').toBe(n);
+  });
+
   it('sends the proxy\'s connection to its own pod address to the inbound port', async () => {
     const r = await proxyUidApp1.connect('198.18.1.1', 8080, 'self');
     expect(r.data).toBe('198.18.1.1:8080|self');
