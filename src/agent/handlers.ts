@@ -2,6 +2,7 @@
 // (decision.ts, pure) -> datapath write (pod-datapath.ts) -> state record.
 // Every ADD that should capture either has its redirect in place before it
 // answers or fails with a CniError naming the pod and the cause.
+import { statSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { CniError } from '../cni/errors.js';
 import { CNI_ERROR_CODES } from '../cni/rules.js';
@@ -52,6 +53,23 @@ function podRef(req: CniRequest): { ns: string; name: string } {
 
 const causeOf = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
+/** Two records of the same network namespace (same cookie, else same path). */
+function sameNetns(a: AttachmentRecord, b: AttachmentRecord): boolean {
+  if (a.netnsCookie !== null && b.netnsCookie !== null) return a.netnsCookie === b.netnsCookie;
+  return a.netns !== '' && a.netns === b.netns;
+}
+
+/** Whether `netns` is the network namespace the agent itself runs in (the host's: the agent uses hostNetwork). */
+export function isHostNetns(netns: string, self = '/proc/self/ns/net'): boolean {
+  try {
+    const a = statSync(netns);
+    const b = statSync(self);
+    return a.dev === b.dev && a.ino === b.ino;
+  } catch {
+    return false; // a path that does not exist is register()'s error to report
+  }
+}
+
 export function targetOf(rec: AttachmentRecord): PodTarget {
   return { mode: rec.mode, netns: rec.netns, config: configOf(rec), podIPs: rec.podIPs };
 }
@@ -63,6 +81,14 @@ export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { remove
   /** Undo one attachment and forget it; the netns may be gone. */
   async function removeAttachment(rec: AttachmentRecord): Promise<void> {
     const pod = `${rec.podNamespace}/${rec.podName}`;
+    // One netns, several attachments (Multus: eth0 and net1 each run the
+    // chain): the capture is the netns's, so it stays until the last one goes.
+    const sibling = d.store.list().find((r) => !(r.containerId === rec.containerId && r.ifname === rec.ifname) && sameNetns(r, rec));
+    if (sibling) {
+      log.info({ pod, containerId: rec.containerId, ifname: rec.ifname, keptBy: `${sibling.containerId}@${sibling.ifname}` }, 'attachment removed; the netns stays captured for its other attachment');
+      await d.store.remove(rec.containerId, rec.ifname);
+      return;
+    }
     try {
       const outcome = await d.datapath.unregister(targetOf(rec), cookieOf(rec));
       if (outcome !== 'removed') log.debug({ pod, netns: rec.netns, outcome }, 'nothing to remove in the netns');
@@ -98,6 +124,9 @@ export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { remove
       const prev = d.store.get(req.containerId, req.ifname);
       // A retried ADD with a new decision (other mode or netns): undo the old one first.
       if (prev && (prev.mode !== decision.mode || prev.netns !== req.netns)) await removeAttachment(prev);
+      if (isHostNetns(req.netns)) {
+        throw new CniError(CNI_ERROR_CODES.INVALID_ENV, `pod ${pod}: CNI_NETNS ${req.netns} is the host's own network namespace; meshcap never captures the host (a hostNetwork pod is not meshed)`);
+      }
       const target: PodTarget = { mode: decision.mode, netns: req.netns, config: decision.config, podIPs: decision.podIPs };
       let cookie: bigint | null;
       try {
