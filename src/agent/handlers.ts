@@ -1,5 +1,5 @@
 // The agent's CNI verbs. One way through: request -> pod lookup -> decision
-// (decision.ts, pure) -> datapath write (pod-datapath.ts) -> state record.
+// (src/decision/, pure) -> datapath write (pod-datapath.ts) -> state record.
 // Every ADD that should capture either has its redirect in place before it
 // answers or fails with a CniError naming the pod and the cause.
 import { statSync } from 'node:fs';
@@ -7,11 +7,11 @@ import type { Logger } from 'pino';
 import { CniError } from '../cni/errors.js';
 import { CNI_ERROR_CODES } from '../cni/rules.js';
 import type { AddOutcome, CniHandlers, CniRequest } from '../cni/types.js';
-import { namespaceExclusion } from '../kube/meshed.js';
+import { decideAdd } from '../decision/add.js';
+import { namespaceExclusion } from '../decision/meshed.js';
 import type { PodSource } from '../kube/pod-source.js';
 import type { Mode } from '../loader/mode.js';
 import { CaptureConfigError } from '../redirect/config.js';
-import { decideAdd } from './decision.js';
 import { KeyedLock } from './keyed-lock.js';
 import type { PodDatapath, PodTarget } from './pod-datapath.js';
 import { configOf, cookieOf, settingsOf, STATE_VERSION, type AttachmentRecord, type StateStore } from './state-store.js';
@@ -112,7 +112,7 @@ export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { remove
     }
     let decision;
     try {
-      decision = decideAdd(obj, { excludeNamespaces: d.excludeNamespaces, nodeMode: d.nodeMode, prevResult: req.config.prevResult });
+      decision = decideAdd(obj, { nodeMode: d.nodeMode, prevResult: req.config.prevResult });
     } catch (err) {
       const code = err instanceof CaptureConfigError ? CNI_ERROR_CODES.INVALID_NETWORK_CONFIG : AGENT_ERROR_CODES.SETUP_FAILED;
       throw new CniError(code, `pod ${pod} is meshed but its capture config is invalid: ${causeOf(err)}`);
@@ -179,7 +179,7 @@ export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { remove
         if (namespaceExclusion(ns, { excludeNamespaces: d.excludeNamespaces })) return;
         const obj = d.pods.get(ns, name);
         if (!obj) throw new CniError(CNI_ERROR_CODES.TRY_AGAIN_LATER, `pod ${pod} is not known to the agent's pod source`);
-        const decision = decideAdd(obj, { excludeNamespaces: d.excludeNamespaces, nodeMode: d.nodeMode, prevResult: req.config.prevResult });
+        const decision = decideAdd(obj, { nodeMode: d.nodeMode, prevResult: req.config.prevResult });
         if (decision.kind === 'skip') return;
         throw new CniError(AGENT_ERROR_CODES.CHECK_FAILED, `pod ${pod} is meshed but has no redirect recorded for container ${req.containerId} (${req.ifname})`);
       }

@@ -8,7 +8,7 @@ import { startAgent } from '../agent/agent.js';
 import { DEFAULT_STATE_DIR } from '../agent/state-store.js';
 import { ApiSource, loadKubeConfig } from '../kube/api-source.js';
 import { FileSource } from '../kube/file-source.js';
-import { DEFAULT_EXCLUDE_NAMESPACES } from '../kube/meshed.js';
+import { DEFAULT_EXCLUDE_NAMESPACES } from '../decision/meshed.js';
 import type { PodSource } from '../kube/pod-source.js';
 import type { ModeRequest } from '../loader/mode.js';
 import { modeOption, pinRootOption, SPLICE_WARNING } from './datapath-commands.js';

@@ -5,6 +5,7 @@ import { execa } from 'execa';
 import * as bpf from '../native/addon.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { attachPodInbound, detachPodInbound, hasPodInbound } from '../loader/pod-inbound.js';
+import { configLimit, UnsupportedInEbpfError } from '../decision/ebpf-limits.js';
 import { PodMaps, type KeySnapshot } from './registry.js';
 import type { McStats } from './layout.js';
 
@@ -21,6 +22,12 @@ export interface RegisteredPod {
 async function ensurePassthroughV6(netnsPath: string): Promise<void> {
   const r = await execa('nsenter', [`--net=${netnsPath}`, 'ip', '-6', 'addr', 'replace', '::6/128', 'dev', 'lo'], { reject: false });
   if (r.exitCode !== 0) throw new Error(`cannot add ::6/128 to lo in ${netnsPath} (IPv6 inbound passthrough): ${r.stderr.trim()}`);
+}
+
+/** podEntries encodes only: a config eBPF mode cannot honour never reaches the maps. */
+function assertSupported(cfg: CaptureConfig, podIPs: string[]): void {
+  const limit = configLimit(cfg, podIPs);
+  if (limit) throw new UnsupportedInEbpfError(limit);
 }
 
 export class EbpfPods {
@@ -42,6 +49,7 @@ export class EbpfPods {
   async register(netnsPath: string, cfg: CaptureConfig, podIPs: string[]): Promise<RegisteredPod> {
     const netns = await bpf.netnsCookie(netnsPath);
     if (cfg.enableIPv6 || podIPs.some((ip) => ip.includes(':'))) await ensurePassthroughV6(netnsPath);
+    assertSupported(cfg, podIPs);
     const e = this.maps.write(netns, cfg, podIPs);
     let inboundLink: number | null = null;
     if (cfg.parsed.inboundCapture) {
@@ -60,6 +68,7 @@ export class EbpfPods {
 
   /** snap: the keys of a whole pass (see KeySnapshot); without it the maps are scanned for this pod. */
   check(netns: bigint, cfg: CaptureConfig, podIPs: string[], snap?: KeySnapshot): string[] {
+    assertSupported(cfg, podIPs);
     const problems = this.maps.diff(netns, cfg, podIPs, snap);
     if (cfg.parsed.inboundCapture && !hasPodInbound(this.pinRoot, netns)) problems.push('no inbound sk_lookup link pinned');
     return problems;

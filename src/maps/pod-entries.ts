@@ -1,8 +1,10 @@
 // Pod capture config -> the exact map entries the datapath reads. Pure, so
-// every decision is unit-testable; the registry writes the result.
+// every decision is unit-testable; the registry writes the result. Encodes
+// only: what eBPF mode cannot honour is decided before, by configLimit
+// (src/decision/ebpf-limits.ts), and the eBPF backend never hands such a
+// config here.
 import type { CaptureConfig, Cidr } from '../redirect/config.js';
-import { cidrToString, parseAddr } from '../redirect/cidr.js';
-import { ISTIO_ANNOTATIONS } from '../mesh/vocabulary.js';
+import { parseAddr } from '../redirect/cidr.js';
 import {
   CidrKind, MAP, MC_CIDR_KEY_BITS, MC_POD_ADDRS, PodFlag, PortKind,
   mcCidrKey, mcPod, mcPortKey, mcStats, u64Key,
@@ -23,14 +25,6 @@ export interface PodEntries {
   ports: MapEntry[];
 }
 
-/** A setting the eBPF datapath cannot honour: the pod must not be silently half-captured. */
-export class UnsupportedInEbpfError extends Error {
-  constructor(readonly setting: string, detail: string) {
-    super(`${setting}: ${detail} is not supported in eBPF mode (use iptables mode for this pod or node)`);
-    this.name = 'UnsupportedInEbpfError';
-  }
-}
-
 const NO_ID = 0xffffffff; // matches no uid/gid
 
 function addrBytes(ip: string): { family: 4 | 6; bytes: Buffer } {
@@ -41,32 +35,8 @@ function addrBytes(ip: string): { family: 4 | 6; bytes: Buffer } {
 
 export function podEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[]): PodEntries {
   const p = cfg.parsed;
-  if (p.proxyUids.length > 1) throw new UnsupportedInEbpfError('proxy uid', `more than one uid (${p.proxyUids.join(',')})`);
-  if (p.proxyGids.length > 1) throw new UnsupportedInEbpfError('proxy gid', `more than one gid (${p.proxyGids.join(',')})`);
-  if (!(p.ownerGroups.except && p.ownerGroups.values.length === 0)) {
-    throw new UnsupportedInEbpfError('ISTIO_OUTBOUND_OWNER_GROUPS(_EXCLUDE)', 'an owner-group filter');
-  }
-  if (p.excludeInterfaces.length || p.kubeVirtInterfaces.length) {
-    throw new UnsupportedInEbpfError(`${ISTIO_ANNOTATIONS.excludeInterfaces} / kubevirtInterfaces`, 'per-interface rules');
-  }
-  // Envoy's TPROXY inbound reaches the app from the client's address with
-  // mark 1337, which Istio's mangle/mark rules let through; the connect hook
-  // sees only the proxy uid and a connect to the pod's own address, and would
-  // send it back to 15006.
-  if (p.tproxy) throw new UnsupportedInEbpfError('interception mode', 'TPROXY (original-source upstream with socket mark)');
-  // Istio drops its `-o lo` RETURN when an include range covers loopback; the
-  // programs always leave loopback alone.
-  if (p.outboundIncludesLoopback) throw new UnsupportedInEbpfError('includeOutboundIPRanges', 'a range covering loopback');
-  // The programs hard-code Istio's default 127.0.0.1/32.
-  if (cidrToString(p.hostIPv4Loopback) !== '127.0.0.1/32') {
-    throw new UnsupportedInEbpfError('ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR', `${cidrToString(p.hostIPv4Loopback)} (only 127.0.0.1/32)`);
-  }
-
   const v4 = podIPs.map(addrBytes).filter((a) => a.family === 4);
   const v6 = podIPs.map(addrBytes).filter((a) => a.family === 6);
-  if (v4.length > MC_POD_ADDRS || v6.length > MC_POD_ADDRS) {
-    throw new UnsupportedInEbpfError('pod addresses', `more than ${MC_POD_ADDRS} addresses per family`);
-  }
   const addr4 = Buffer.alloc(4 * MC_POD_ADDRS);
   v4.forEach((a, i) => a.bytes.copy(addr4, i * 4));
   const addr6 = Buffer.alloc(16 * MC_POD_ADDRS);

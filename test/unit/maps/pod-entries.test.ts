@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { buildCaptureConfig } from '../../../src/redirect/config.js';
-import { podEntries, UnsupportedInEbpfError } from '../../../src/maps/pod-entries.js';
+import { podEntries } from '../../../src/maps/pod-entries.js';
 import { CidrKind, mcCidrKey, mcPod, mcPortKey, PodFlag, PortKind } from '../../../src/maps/layout.js';
 import { istioCapture } from '../../helpers/pods.js';
 
@@ -59,20 +58,6 @@ describe('pod -> map entries', () => {
     const f = mcPod.decode(podEntries(NS, istioCapture({ proxyEnv: { ISTIO_META_DNS_CAPTURE: 'true' } }), []).pod.value).flags;
     expect(f & PodFlag.DNS && f & PodFlag.DNS_ALL).toBeTruthy();
     expect(f & PodFlag.TPROXY).toBe(0);
-  });
-
-  it('refuses TPROXY, an include range covering loopback and a non-default loopback CIDR, naming the setting', () => {
-    expect(() => podEntries(NS, istioCapture({ annotations: { 'sidecar.istio.io/interceptionMode': 'TPROXY' } }), [])).toThrow(/TPROXY.*not supported in eBPF mode/);
-    expect(() => podEntries(NS, istioCapture({ annotations: { 'traffic.sidecar.istio.io/includeOutboundIPRanges': '127.0.0.0/8,198.18.0.0/15' } }), [])).toThrow(/includeOutboundIPRanges: a range covering loopback/);
-    // (istio-iptables' ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR; pods always get the default)
-    const { parsed: _parsed, ...settings } = istioCapture();
-    expect(() => podEntries(NS, buildCaptureConfig({ ...settings, hostIPv4LoopbackCidr: '127.0.0.0/8' }), [])).toThrow(/ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR: 127.0.0.0\/8/);
-    expect(() => podEntries(NS, buildCaptureConfig({ ...settings, hostIPv4LoopbackCidr: '127.0.0.1/32' }), [])).not.toThrow();
-  });
-
-  it('refuses what eBPF mode cannot honour instead of half-capturing', () => {
-    expect(() => podEntries(NS, istioCapture({ annotations: { 'traffic.sidecar.istio.io/excludeInterfaces': 'eth1' } }), [])).toThrow(UnsupportedInEbpfError);
-    expect(() => podEntries(NS, istioCapture(), ['10.0.0.1', '10.0.0.2', '10.0.0.3', '10.0.0.4', '10.0.0.5'])).toThrow(/more than 4 addresses/);
   });
 
   it('has no small per-pod caps: 200 CIDRs and 200 ports', () => {

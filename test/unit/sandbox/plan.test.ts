@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decideMeshed } from '../../../src/kube/meshed.js';
+import { decideMeshed } from '../../../src/decision/meshed.js';
 import { parsePodManifests } from '../../../src/kube/pod-manifests.js';
 import { conflist, containersConf, makePlan, pinRootOf, podManifests, podsYaml, stateDirOf } from '../../../src/sandbox/plan.js';
 

@@ -40,20 +40,20 @@ export interface MeshedOptions {
 export const DEFAULT_EXCLUDE_NAMESPACES: readonly string[] = ['kube-system'];
 
 /**
- * The reason a namespace is excluded, or undefined. Exposed separately so the
- * agent can answer an ADD for an excluded namespace without waiting for the
- * pod object (istio-cni checks this before fetching the pod, too).
+ * The reason a namespace is excluded, or undefined: the first test of ADD and
+ * CHECK, asked once, before the agent waits for the pod object (istio-cni
+ * checks this before fetching the pod, too). decideMeshed does not repeat it.
  */
 export function namespaceExclusion(namespace: string, opts: MeshedOptions = {}): string | undefined {
   const excluded = opts.excludeNamespaces ?? DEFAULT_EXCLUDE_NAMESPACES;
   return excluded.includes(namespace) ? `namespace ${namespace} is excluded` : undefined;
 }
 
-export function decideMeshed(pod: V1Pod, opts: MeshedOptions = {}): MeshDecision {
-  const namespace = pod.metadata?.namespace || 'default';
-  const nsReason = namespaceExclusion(namespace, opts);
-  if (nsReason) return notMeshed(nsReason);
-
+/**
+ * The pod's own tests, in istio-cni's order after the namespace (which the
+ * agent asks first, with namespaceExclusion, before it has the pod).
+ */
+export function decideMeshed(pod: V1Pod): MeshDecision {
   if (pod.spec?.hostNetwork) {
     return notMeshed('pod uses hostNetwork: it shares the node network namespace and is never redirected');
   }

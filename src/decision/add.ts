@@ -2,9 +2,9 @@
 // capture it with which profile, which capture config, which pod addresses and
 // which datapath mode. No I/O: everything the agent writes follows from this.
 import type { V1Pod } from '@kubernetes/client-node';
-import { decideMeshed } from '../kube/meshed.js';
+import { ebpfLimits } from './ebpf-limits.js';
+import { decideMeshed } from './meshed.js';
 import type { Mode } from '../loader/mode.js';
-import { podEntries, UnsupportedInEbpfError } from '../maps/pod-entries.js';
 import { isObject, type MeshProfile } from '../mesh/vocabulary.js';
 import { parseAddr } from '../redirect/cidr.js';
 import type { CaptureConfig } from '../redirect/config.js';
@@ -23,7 +23,6 @@ export type AddDecision =
     };
 
 export interface DecideInput {
-  excludeNamespaces: readonly string[];
   /** The node's mode (from the probe). */
   nodeMode: Mode;
   /** The chain's prevResult (the main plugin's addresses), if any. */
@@ -31,11 +30,13 @@ export interface DecideInput {
 }
 
 /**
- * Decides what ADD does for `pod`. Throws CaptureConfigError for an invalid
+ * Decides what ADD does for `pod`, whose namespace has passed
+ * namespaceExclusion (meshed.ts): the agent asks that first, before it waits
+ * for the pod object, as istio-cni does. Throws CaptureConfigError for an invalid
  * annotation and Error for an unusable pod address: the caller names the pod.
  */
 export function decideAdd(pod: V1Pod, input: DecideInput): AddDecision {
-  const meshed = decideMeshed(pod, { excludeNamespaces: input.excludeNamespaces });
+  const meshed = decideMeshed(pod);
   if (!meshed.meshed) return { kind: 'skip', reason: meshed.reason };
   const podIPs = podIPsOf(input.prevResult, pod);
   // The addresses the main plugin just gave the pod are the truth on this node
@@ -43,32 +44,9 @@ export function decideAdd(pod: V1Pod, input: DecideInput): AddDecision {
   // them decides IPv6 capture, in both modes.
   const config = podToCaptureConfig(pod, meshed.profile, { podIPs });
   if (input.nodeMode === 'iptables') return { kind: 'capture', profile: meshed.profile, mode: 'iptables', config, podIPs };
-  const unsupported = userNamespaced(pod) ?? ebpfUnsupported(config, podIPs);
+  const unsupported = ebpfLimits(pod, config, podIPs);
   if (unsupported) return { kind: 'capture', profile: meshed.profile, mode: 'iptables', fallbackReason: unsupported, config, podIPs };
   return { kind: 'capture', profile: meshed.profile, mode: 'ebpf', config, podIPs };
-}
-
-/**
- * A pod with its own user namespace (`hostUsers: false`): the programs see
- * host uids (bpf_get_current_uid_gid), so the proxy's uid 1337 inside the pod
- * is not 1337 to them and its own connections would loop back to 15001. The
- * iptables owner match translates through the netns's user namespace, as
- * istio-cni relies on.
- */
-export function userNamespaced(pod: V1Pod): string | undefined {
-  if (pod.spec?.hostUsers !== false) return undefined;
-  return 'hostUsers: false (a user-namespaced pod): the eBPF programs see host uids, not the proxy\'s uid inside the pod, so it uses iptables mode';
-}
-
-/** Why eBPF mode cannot honour this config (the pod then gets iptables mode), or undefined. */
-export function ebpfUnsupported(config: CaptureConfig, podIPs: string[]): string | undefined {
-  try {
-    podEntries(0n, config, podIPs);
-    return undefined;
-  } catch (err) {
-    if (err instanceof UnsupportedInEbpfError) return err.message;
-    throw err;
-  }
 }
 
 /**

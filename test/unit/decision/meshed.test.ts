@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { V1Pod } from '@kubernetes/client-node';
-import { decideMeshed, namespaceExclusion } from '../../../src/kube/meshed.js';
+import { decideMeshed, namespaceExclusion } from '../../../src/decision/meshed.js';
 
 // A pod as Istio's injector leaves it in CNI mode: istio-validation init
 // container, istio-proxy sidecar, sidecar.istio.io/status annotation.
@@ -48,7 +48,6 @@ describe('decideMeshed: istio', () => {
   });
 
   const cases: Case[] = [
-    ['namespace excluded (default list)', (p) => { p.metadata!.namespace = 'kube-system'; }, /^namespace kube-system is excluded$/],
     ['istio-init init container', (p) => { p.spec!.initContainers = [{ name: 'istio-init' }]; }, /^istio-init init container present: the init container configures redirection$/],
     ['DISABLE_ENVOY=true', (p) => { proxy(p).env!.push({ name: 'DISABLE_ENVOY', value: 'true' }); }, /DISABLE_ENVOY=true on the istio-proxy container/],
     ['DISABLE_ENVOY=1 (Go ParseBool)', (p) => { proxy(p).env!.push({ name: 'DISABLE_ENVOY', value: '1' }); }, /DISABLE_ENVOY=1/],
@@ -91,11 +90,12 @@ describe('decideMeshed: istio', () => {
     }
   });
 
-  it('uses the configured exclusion list instead of the default', () => {
-    expect(decideMeshed(istioPod(), { excludeNamespaces: ['shop'] })).toEqual({ meshed: false, reason: 'namespace shop is excluded' });
+  it('excludes namespaces by the configured list instead of the default, in namespaceExclusion only', () => {
+    expect(namespaceExclusion('shop', { excludeNamespaces: ['shop'] })).toBe('namespace shop is excluded');
+    expect(namespaceExclusion('kube-system', { excludeNamespaces: [] })).toBeUndefined();
     const ks = istioPod();
     ks.metadata!.namespace = 'kube-system';
-    expect(decideMeshed(ks, { excludeNamespaces: [] })).toEqual({ meshed: true, profile: 'istio' });
+    expect(decideMeshed(ks), 'the pod tests do not repeat the namespace test').toEqual({ meshed: true, profile: 'istio' });
     expect(namespaceExclusion('kube-system')).toBe('namespace kube-system is excluded');
     expect(namespaceExclusion('shop')).toBeUndefined();
   });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decideAdd, podIPsOf } from '../../../src/agent/decision.js';
+import { decideAdd, podIPsOf } from '../../../src/decision/add.js';
 import { istioPod } from '../../helpers/pods.js';
 
 const prev = (ips: string[], sandbox = true) => ({
@@ -24,7 +24,7 @@ describe('podIPsOf', () => {
 });
 
 describe('decideAdd', () => {
-  const input = { excludeNamespaces: ['kube-system'], nodeMode: 'ebpf' as const, prevResult: prev(['198.18.0.5/24']) };
+  const input = { nodeMode: 'ebpf' as const, prevResult: prev(['198.18.0.5/24']) };
 
   it('captures a meshed Istio pod in the node mode, with prevResult addresses', () => {
     const d = decideAdd(istioPod(), input);
@@ -49,12 +49,13 @@ describe('decideAdd', () => {
     expect(v6(['198.18.0.5/24', '2001:db8::5/64'], { ISTIO_DUAL_STACK: 'true' }), 'dual stack on').toBe(true);
   });
 
-  it('skips unmeshed pods and excluded namespaces, with the reason', () => {
+  it('skips unmeshed pods, with the reason', () => {
     const plain = istioPod();
     plain.spec!.containers = [{ name: 'app' }];
     plain.metadata!.annotations = {};
     expect(decideAdd(plain, input)).toMatchObject({ kind: 'skip', reason: expect.stringContaining('istio-proxy') });
-    expect(decideAdd(istioPod({ namespace: 'kube-system' }), input)).toMatchObject({ kind: 'skip', reason: expect.stringContaining('excluded') });
+    // the namespace is not asked again: the agent asks namespaceExclusion first, once
+    expect(decideAdd(istioPod({ namespace: 'kube-system' }), input)).toMatchObject({ kind: 'capture' });
     expect(decideAdd(istioPod({ annotations: { 'sidecar.istio.io/inject': 'false' } }), input).kind).toBe('skip');
   });
 
