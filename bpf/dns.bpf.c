@@ -122,8 +122,16 @@ int mc_recvmsg4(struct bpf_sock_addr *ctx)
 SEC("cgroup/recvmsg6")
 int mc_recvmsg6(struct bpf_sock_addr *ctx)
 {
-	struct mc_orig *o = mc_reply_orig(ctx);
+	struct mc_orig *o;
 
+	/* Only replies from where sendmsg6 sent the query: ::1, or
+	 * ::ffff:127.0.0.1 for a v4-mapped resolver (as recvmsg4 checks 127.0.0.1). */
+	__u32 w0 = ctx->user_ip6[0], w1 = ctx->user_ip6[1], w2 = ctx->user_ip6[2], w3 = ctx->user_ip6[3];
+	if (w0 != 0 || w1 != 0)
+		return 1;
+	if (!((w2 == 0 && w3 == bpf_htonl(1)) || (w2 == bpf_htonl(0x0000ffff) && w3 == bpf_htonl(0x7f000001))))
+		return 1;
+	o = mc_reply_orig(ctx);
 	if (!o)
 		return 1;
 	ctx->user_ip6[0] = ((__u32 *)o->addr)[0];

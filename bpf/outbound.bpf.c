@@ -126,6 +126,10 @@ MC_INLINE __u16 mc_connect(void *ctx, __u64 cookie, __u64 netns, const __u8 dst[
 		MC_STAT_INC(netns, dns);
 		break;
 	default:
+		/* Not redirected: forget what an earlier connect() of this socket
+		 * (a failed TCP connect retried elsewhere, a UDP socket connected
+		 * again) left, so nothing stale answers for the new destination. */
+		bpf_map_delete_elem(tcp ? (void *)&mc_sockorig : (void *)&mc_dnsorig, &cookie);
 		return 0;
 	}
 	__builtin_memcpy(orig.addr, dst, 16);

@@ -7,6 +7,7 @@ import { execa } from 'execa';
 import { chmodSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { setSplice } from '../../../src/loader/datapath.js';
 import { EbpfPods } from '../../../src/maps/ebpf-pods.js';
 import * as bpf from '../../../src/native/addon.js';
@@ -193,6 +194,19 @@ const acceptedFor = (p: typeof proxy1, orig: string) => p.accepts().filter((a) =
     expect(r.data).toBe('query'); // the proxy stand-in echoes
     expect(r.from).toBe('198.18.3.53:53');
     expect(proxy.lines.some((l) => l.includes('"event":"dns"'))).toBe(true);
+  });
+
+  it('rewrites the source of DNS replies from the proxy only, not of another datagram from port 15053 (IPv6)', async () => {
+    const dnsPod = await lab.netns('dns6');
+    const srvDns = await lab.netns('srvdns6');
+    await lab.link(dnsPod.name, srvDns.name, { a4: ['198.18.3.101/24'], a6: ['2001:db8:3::1/64'], b4: ['198.18.3.102/24'], b6: ['2001:db8:3::53/64', '2001:db8:3::99/64'] });
+    await lab.proxy(dnsPod.name, ['--dns', '15053']);
+    await dp.register(dnsPod.path, istioCapture({ ips: ['2001:db8:3::1', '198.18.3.101'], proxyEnv: { ISTIO_META_DNS_CAPTURE: 'true' }, ipv6: true }), ['2001:db8:3::1', '198.18.3.101']);
+    const script = fileURLToPath(new URL('./dns_reply_source.py', import.meta.url));
+    const r = await execa('ip', ['netns', 'exec', dnsPod.name, 'python3', script, '2001:db8:3::53', srvDns.name, '2001:db8:3::99', '2001:db8:3::1']);
+    const out = JSON.parse(r.stdout) as { reply_from: string; stranger_from: string };
+    expect(out.reply_from, 'the proxy\'s reply shows the resolver the app asked').toBe('[2001:db8:3::53]:53');
+    expect(out.stranger_from, 'a datagram from another host\'s port 15053 keeps its source').toBe('[2001:db8:3::99]:15053');
   });
 
   it('works with an unmodified third-party proxy (HAProxy reading SO_ORIGINAL_DST) as uid 1337', async () => {
