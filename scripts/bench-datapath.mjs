@@ -238,7 +238,7 @@ const bpf = await import(path.join(root, 'dist/native/addon.js'));
 const { loadDatapath, setSplice, uninstallDatapath } = await import(path.join(root, 'dist/loader/datapath.js'));
 const { pinLayout } = await import(path.join(root, 'dist/loader/manifest.js'));
 const { MAP, mcTuple } = await import(path.join(root, 'dist/maps/layout.js'));
-const { EbpfPods } = await import(path.join(root, 'dist/maps/ebpf-pods.js'));
+const { EbpfBackend } = await import(path.join(root, 'dist/pod-datapath/ebpf.js'));
 const { applyCapture } = await import(path.join(root, 'dist/fallback-iptables/apply.js'));
 const { podToCaptureConfig } = await import(path.join(root, 'dist/redirect/pod.js'));
 
@@ -261,7 +261,7 @@ const tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-bench-dp-'));
 const pinRoot = `/sys/fs/bpf/meshcap-bench-${id}`;
 const namespaces = [];
 const children = [];
-let pods; // EbpfPods
+let pods; // EbpfBackend
 let datapathLoaded = false;
 let cleaned = false;
 
@@ -517,7 +517,7 @@ async function main() {
   if (modes.some((m) => m.startsWith('ebpf'))) {
     await loadDatapath({ pinRoot, splice: false });
     datapathLoaded = true;
-    pods = new EbpfPods(pinRoot);
+    pods = new EbpfBackend(pinRoot);
   }
 
   const kinds = [...new Set(modes.map((m) => (m === 'noproxy' || m === 'direct' ? 'plain' : m === 'iptables' ? 'iptables' : 'ebpf')))];
@@ -552,7 +552,7 @@ async function main() {
 
       let cookie = null;
       if (kind === 'iptables') await applyCapture(ns.path, istioPodConfig(`198.18.${k}.2`), { lockDir: path.join(tmp, 'xtables'), logger: log });
-      if (kind === 'ebpf') cookie = (await pods.register(ns.path, istioPodConfig(`198.18.${k}.2`), [`198.18.${k}.2`])).netns;
+      if (kind === 'ebpf') cookie = await pods.register({ netns: ns.path, config: istioPodConfig(`198.18.${k}.2`), podIPs: [`198.18.${k}.2`] });
       pod[`${leg}/${kind}`] = { ns: ns.name, k, svc, proxy, cookie };
       log.info({ event: 'pod', leg, kind, netns: ns.name, service: `${svc.host}:${svc.port}` });
     }

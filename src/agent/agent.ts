@@ -15,12 +15,12 @@ import { pinLayout } from '../loader/manifest.js';
 import { keepPinnedMode, type Mode, type ModeRequest } from '../loader/mode.js';
 import { MAP } from '../maps/layout.js';
 import { probeKernel } from '../loader/probe.js';
-import { EbpfPods } from '../maps/ebpf-pods.js';
+import { EbpfBackend } from '../pod-datapath/ebpf.js';
+import { PodDatapath } from '../pod-datapath/pod-datapath.js';
 import { createAgentHandlers } from './handlers.js';
 import { startHttpEndpoint, type HttpEndpoint } from './http.js';
 import { KeyedLock } from './keyed-lock.js';
 import { createMetrics, type AgentMetrics } from './metrics.js';
-import { PodDatapath } from './pod-datapath.js';
 import { nodeDatapathProblems, reconcilePods, type PodProblemReporter, type ReconcileReport } from './reconcile.js';
 import { StateStore } from './state-store.js';
 
@@ -50,7 +50,7 @@ export interface Agent {
   metrics: AgentMetrics;
   store: StateStore;
   /** The node's pod maps (replaced if a self-check has to reload the datapath). */
-  readonly ebpf: EbpfPods | null;
+  readonly ebpf: EbpfBackend | null;
   http: HttpEndpoint | undefined;
   /** What the start-up reconcile did. */
   startup: ReconcileReport;
@@ -67,7 +67,7 @@ export const IPTABLES_EVERY = 10;
 export async function startAgent(o: AgentOptions): Promise<Agent> {
   const log = o.logger;
   const t0 = performance.now();
-  let ebpf: EbpfPods | null = null;
+  let ebpf: EbpfBackend | null = null;
   let server: CniServer | undefined;
   let http: HttpEndpoint | undefined;
   let datapathLoaded = false;
@@ -109,7 +109,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
     }
     if (mode === 'ebpf') {
       await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice });
-      ebpf = new EbpfPods(o.pinRoot);
+      ebpf = new EbpfBackend(o.pinRoot);
     }
     datapathLoaded = true;
 
@@ -152,7 +152,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
           log.error({ problems: lost, pinRoot: o.pinRoot }, 'the node eBPF datapath is gone: loading it again');
           await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice });
           const old = dp.ebpf;
-          dp.ebpf = new EbpfPods(o.pinRoot);
+          dp.ebpf = new EbpfBackend(o.pinRoot);
           old.close();
           metrics.nodeReloaded();
         }

@@ -1,5 +1,5 @@
 // The agent's CNI verbs. One way through: request -> pod lookup -> decision
-// (src/decision/, pure) -> datapath write (pod-datapath.ts) -> state record.
+// (src/decision/, pure) -> datapath write (src/pod-datapath/) -> state record.
 // Every ADD that should capture either has its redirect in place before it
 // answers or fails with a CniError naming the pod and the cause.
 import { statSync } from 'node:fs';
@@ -10,10 +10,11 @@ import type { AddOutcome, CniHandlers, CniRequest } from '../cni/types.js';
 import { decideAdd } from '../decision/add.js';
 import { namespaceExclusion } from '../decision/meshed.js';
 import type { PodSource } from '../kube/pod-source.js';
+import type { PodTarget } from '../pod-datapath/backend.js';
+import type { PodDatapath } from '../pod-datapath/pod-datapath.js';
 import type { Mode } from '../loader/mode.js';
 import { CaptureConfigError } from '../redirect/config.js';
 import { KeyedLock } from './keyed-lock.js';
-import type { PodDatapath, PodTarget } from './pod-datapath.js';
 import { configOf, cookieOf, settingsOf, STATE_VERSION, type AttachmentRecord, type StateStore } from './state-store.js';
 
 /** meshcap's own codes (the spec leaves 100+ to plugins). */

@@ -3,7 +3,7 @@
 // so they are the datapath's numbers, not the agent's guess.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { AddOutcome, CniCommand, CniHandlers, CniRequest } from '../cni/types.js';
-import type { EbpfPods } from '../maps/ebpf-pods.js';
+import type { EbpfBackend } from '../pod-datapath/ebpf.js';
 import { cookieOf, type StateStore } from './state-store.js';
 
 export interface AgentMetrics {
@@ -18,7 +18,7 @@ export interface AgentMetrics {
   instrument<H extends CniHandlers>(h: H): H;
 }
 
-export function createMetrics(store: StateStore, ebpfNow: () => EbpfPods | null): AgentMetrics {
+export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | null): AgentMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'meshcap_agent_' });
 

@@ -10,12 +10,14 @@ import { existsSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { NODE_OBJECTS, pinLayout } from '../loader/manifest.js';
 import type { Mode } from '../loader/mode.js';
-import { refillPodListeners, netnsProcesses, type NetnsProcesses } from '../loader/pod-listeners.js';
-import type { EbpfPods } from '../maps/ebpf-pods.js';
 import type { KeySnapshot } from '../maps/registry.js';
+import type { PodTarget } from '../pod-datapath/backend.js';
+import type { EbpfBackend } from '../pod-datapath/ebpf.js';
+import { netnsProcesses, type NetnsProcesses } from '../pod-datapath/ebpf-listeners.js';
+import type { PodDatapath } from '../pod-datapath/pod-datapath.js';
+import { netnsState } from '../pod-netns.js';
 import { targetOf } from './handlers.js';
 import type { KeyedLock } from './keyed-lock.js';
-import type { PodDatapath, PodTarget } from './pod-datapath.js';
 import { configOf, cookieOf, type AttachmentRecord, type StateStore } from './state-store.js';
 
 /** Why a reconcile runs (a metric label and a log field). */
@@ -65,7 +67,7 @@ export interface ReconcileReport {
 }
 
 /** What is missing of the node-wide eBPF datapath (empty: every link pinned and the maps are the pinned ones). */
-export function nodeDatapathProblems(pinRoot: string, ebpf: EbpfPods): string[] {
+export function nodeDatapathProblems(pinRoot: string, ebpf: EbpfBackend): string[] {
   const L = pinLayout(pinRoot);
   const problems: string[] = [];
   for (const spec of NODE_OBJECTS) {
@@ -149,7 +151,7 @@ export async function reconcilePods(
     const owned = new Set(d.store.list().filter((r) => r.mode === 'ebpf').map((r) => cookieOf(r)));
     for (const cookie of ebpf.pods()) {
       if (owned.has(cookie)) continue;
-      ebpf.unregister(cookie);
+      ebpf.remove(cookie);
       report.orphansSwept++;
     }
   }
@@ -165,7 +167,7 @@ interface PassState {
 async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassState, trigger: ReconcileTrigger): Promise<PodOutcome> {
   const base = { pod: podName(rec), containerId: rec.containerId };
   const cookie = cookieOf(rec);
-  const ns = await d.datapath.netnsState(rec.netns, cookie);
+  const ns = await netnsState(rec.netns, cookie);
   if (ns !== 'live') {
     // The pod is gone (its DEL went unanswered) or the path names another netns now.
     if (trigger === 'load') return { ...base, outcome: 'ok', detail: [`netns ${ns}: left for the agent`] };
@@ -219,7 +221,7 @@ async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassS
   const ebpf = d.datapath.ebpf;
   if (rec.mode === 'ebpf' && ebpf && cookie !== null && cfg.parsed.inboundCapture) {
     try {
-      const r = refillPodListeners({ pinRoot: d.pinRoot, netns: cookie, netnsPath: rec.netns, port: Number(cfg.inboundCapturePort), processes: pass.processes() });
+      const r = ebpf.refillListeners({ netns: cookie, netnsPath: rec.netns, port: Number(cfg.inboundCapturePort), processes: pass.processes() });
       listeners = r.registered.length;
       if (listeners > 0) drift.push(`inbound listener not registered (IPv${r.registered.join('/IPv')})`);
     } catch (err) {

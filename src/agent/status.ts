@@ -8,8 +8,9 @@ import { pino } from 'pino';
 import { binaryName, detectVariant } from '../fallback-iptables/apply.js';
 import { pinLayout } from '../loader/manifest.js';
 import { MAP } from '../maps/layout.js';
-import { EbpfPods } from '../maps/ebpf-pods.js';
-import { PodDatapath } from './pod-datapath.js';
+import { EbpfBackend } from '../pod-datapath/ebpf.js';
+import { PodDatapath } from '../pod-datapath/pod-datapath.js';
+import { netnsState } from '../pod-netns.js';
 import { configOf, cookieOf, readRecords, type AttachmentRecord } from './state-store.js';
 
 export interface PodStatus {
@@ -94,10 +95,10 @@ export async function iptablesConnections(netns: string): Promise<{ outbound: nu
 export async function collectStatus(opts: { stateDir: string; pinRoot: string }): Promise<StatusReport> {
   const { records, problems } = readRecords(opts.stateDir);
   const ebpfLoaded = existsSync(path.join(pinLayout(opts.pinRoot).maps, MAP.pods));
-  let ebpf: EbpfPods | null = null;
+  let ebpf: EbpfBackend | null = null;
   if (ebpfLoaded) {
     try {
-      ebpf = new EbpfPods(opts.pinRoot);
+      ebpf = new EbpfBackend(opts.pinRoot);
     } catch (err) {
       problems.push((err as Error).message);
     }
@@ -123,7 +124,7 @@ export async function collectStatus(opts: { stateDir: string; pinRoot: string })
         state: 'unknown',
         drift: [],
       };
-      const netns = await dp.netnsState(rec.netns, cookie);
+      const netns = await netnsState(rec.netns, cookie);
       if (netns !== 'live') {
         row.state = 'netns-gone';
         if (netns === 'replaced') row.drift = [`${rec.netns} is now a different network namespace`];

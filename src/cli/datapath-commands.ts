@@ -5,13 +5,13 @@ import { Option, type Command } from 'commander';
 import { pino } from 'pino';
 import { DEFAULT_PIN_ROOT } from '../paths.js';
 import { KeyedLock } from '../agent/keyed-lock.js';
-import { PodDatapath } from '../agent/pod-datapath.js';
 import { reconcilePods } from '../agent/reconcile.js';
 import { DEFAULT_STATE_DIR, readRecords, StateStore } from '../agent/state-store.js';
 import { loadDatapath, uninstallDatapath } from '../loader/datapath.js';
 import { pinLayout } from '../loader/manifest.js';
 import { MAP } from '../maps/layout.js';
-import { EbpfPods } from '../maps/ebpf-pods.js';
+import { EbpfBackend } from '../pod-datapath/ebpf.js';
+import { PodDatapath } from '../pod-datapath/pod-datapath.js';
 import { probeKernel } from '../loader/probe.js';
 import type { ModeRequest } from '../loader/mode.js';
 
@@ -32,7 +32,7 @@ async function restoreRecordedPods(pinRoot: string, stateDir: string): Promise<{
   if (!existsSync(stateDir)) return { lines: [`no records in ${stateDir}: no pods to restore`], failed: 0 };
   const store = new StateStore(stateDir);
   const problems = store.open();
-  const ebpf = new EbpfPods(pinRoot);
+  const ebpf = new EbpfBackend(pinRoot);
   try {
     const logger = pino({ level: 'silent' });
     const r = await reconcilePods({
@@ -59,7 +59,7 @@ async function restoreRecordedPods(pinRoot: string, stateDir: string): Promise<{
 /** Pods the eBPF datapath captures now: mc_pods entries, named from the records where possible. */
 function capturedPods(pinRoot: string, stateDir: string): string[] {
   if (!existsSync(path.join(pinLayout(pinRoot).maps, MAP.pods))) return [];
-  const ebpf = new EbpfPods(pinRoot);
+  const ebpf = new EbpfBackend(pinRoot);
   let cookies: bigint[];
   try {
     cookies = ebpf.pods();

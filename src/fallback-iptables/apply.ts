@@ -21,6 +21,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { pino, type Logger } from 'pino';
+import { addPassthroughV6 } from '../pod-netns.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { renderIptables } from './render.js';
 import {
@@ -301,7 +302,7 @@ function tproxyRoutesWanted(config: CaptureConfig): boolean {
 
 /** ::6/128 on lo for IPv6; for TPROXY fwmark <mark> -> table <table>, local default via lo. */
 export async function configureRoutes(netns: string, config: CaptureConfig, o: IptablesOptions = {}): Promise<void> {
-  if (config.enableIPv6) await ip(netns, ['-6', 'addr', 'replace', '::6/128', 'dev', 'lo'], o);
+  if (config.enableIPv6) await addPassthroughV6(netns);
   if (!tproxyRoutesWanted(config)) return;
   const mark = config.inboundTProxyMark;
   const table = config.inboundTProxyRouteTable;

@@ -5,7 +5,6 @@
 import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import type { CaptureConfig } from '../redirect/config.js';
-import { pinLayout } from '../loader/manifest.js';
 import { MAP, mcPod, mcStats, u64Key, type McPod, type McStats } from './layout.js';
 import { netnsOfKey, podEntries, type MapEntry, type MapName, type PodEntries } from './pod-entries.js';
 
@@ -27,8 +26,9 @@ export class PodMaps {
    * diff() still reads the kernel, so CHECK sees what the index cannot. */
   private index: Map<MapName, Map<bigint, Buffer[]>> | null = null;
 
-  constructor(readonly pinRoot: string) {
-    const dir = pinLayout(pinRoot).maps;
+  /** mapsDir: where the maps are pinned (pinLayout(pinRoot).maps in src/loader/manifest.ts). */
+  constructor(readonly mapsDir: string) {
+    const dir = mapsDir;
     try {
       for (const name of [MAP.pods, MAP.cidrs, MAP.ports, MAP.stats] as MapName[]) {
         const fd = bpf.objGet(path.join(dir, name));
@@ -52,7 +52,7 @@ export class PodMaps {
    * program reads any more.
    */
   matchesPins(): boolean {
-    const dir = pinLayout(this.pinRoot).maps;
+    const dir = this.mapsDir;
     for (const [name, fd] of this.fds) {
       let pinned: number;
       try {

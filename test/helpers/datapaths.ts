@@ -3,7 +3,8 @@
 import os from 'node:os';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
-import { EbpfPods } from '../../src/maps/ebpf-pods.js';
+import { EbpfBackend } from '../../src/pod-datapath/ebpf.js';
+import { netnsCookie } from '../../src/pod-netns.js';
 import { loadDatapath, uninstallDatapath } from '../../src/loader/datapath.js';
 import { decideMode, ModeRefusedError } from '../../src/loader/mode.js';
 import { probeKernel } from '../../src/loader/probe.js';
@@ -95,7 +96,7 @@ export interface Driver {
   /** state the pod still has in the datapath (0 after unregister) */
   leftovers(netnsPath: string): Promise<number>;
   /** eBPF counters; null in iptables mode */
-  ebpf: EbpfPods | null;
+  ebpf: EbpfBackend | null;
   close(): Promise<void>;
 }
 
@@ -103,20 +104,20 @@ export async function makeDriver(mode: TestMode): Promise<Driver> {
   if (mode === 'ebpf') {
     const pinRoot = testPinRoot();
     await loadDatapath({ pinRoot });
-    const pods = new EbpfPods(pinRoot);
+    const pods = new EbpfBackend(pinRoot);
     const cookies = new Map<string, bigint>();
-    const cookie = async (p: string) => cookies.get(p) ?? (await EbpfPods.netnsCookie(p));
+    const cookie = async (p: string) => cookies.get(p) ?? (await netnsCookie(p));
     return {
       mode,
       ebpf: pods,
       async register(p, cfg, ips) {
-        cookies.set(p, (await pods.register(p, cfg, ips)).netns);
+        cookies.set(p, await pods.register({ netns: p, config: cfg, podIPs: ips }));
       },
       async unregister(p) {
-        pods.unregister(await cookie(p));
+        pods.remove(await cookie(p));
       },
       async check(p, cfg, ips) {
-        return pods.check(await cookie(p), cfg, ips);
+        return pods.checkEntries(await cookie(p), cfg, ips);
       },
       async leftovers(p) {
         return pods.leftovers(await cookie(p));

@@ -16,7 +16,8 @@ import { configOf, cookieOf } from '../../../src/agent/state-store.js';
 import { checkCapture, removeCapture } from '../../../src/fallback-iptables/apply.js';
 import { FileSource } from '../../../src/kube/file-source.js';
 import { uninstallDatapath } from '../../../src/loader/datapath.js';
-import { EbpfPods } from '../../../src/maps/ebpf-pods.js';
+import { EbpfBackend } from '../../../src/pod-datapath/ebpf.js';
+import { netnsCookie } from '../../../src/pod-netns.js';
 import { projectRoot } from '../../../src/paths.js';
 import { Lab, testPinRoot, type NsAgent } from '../../helpers/lab.js';
 import { istioPod } from '../../helpers/pods.js';
@@ -87,7 +88,7 @@ describeModes('meshcap agent, %s mode', (mode) => {
   async function liveProblems(containerId: string): Promise<string[]> {
     const rec = agent.store.get(containerId, 'eth0');
     if (!rec) return ['no record'];
-    if (mode === 'ebpf') return agent.ebpf!.check(cookieOf(rec)!, configOf(rec), rec.podIPs);
+    if (mode === 'ebpf') return agent.ebpf!.checkEntries(cookieOf(rec)!, configOf(rec), rec.podIPs);
     return (await checkCapture(rec.netns, configOf(rec))).differences;
   }
 
@@ -97,7 +98,7 @@ describeModes('meshcap agent, %s mode', (mode) => {
   }
 
   async function datapathHas(netns: string): Promise<boolean> {
-    if (mode === 'ebpf') return agent.ebpf!.leftovers(await EbpfPods.netnsCookie(netns)) > 0;
+    if (mode === 'ebpf') return agent.ebpf!.leftovers(await netnsCookie(netns)) > 0;
     return (await iptablesRules(netns)) > 0;
   }
 
@@ -145,9 +146,9 @@ describeModes('meshcap agent, %s mode', (mode) => {
     expect(ok.exitCode, ok.stdout).toBe(0);
     const rec = agent.store.get('c-web', 'eth0')!;
     if (mode === 'ebpf') {
-      const other = new EbpfPods(pinRoot);
+      const other = new EbpfBackend(pinRoot);
       try {
-        expect(other.unregister(cookieOf(rec)!)).toBeGreaterThan(0);
+        expect(other.remove(cookieOf(rec)!)).toBeGreaterThan(0);
       } finally {
         other.close();
       }
@@ -204,7 +205,7 @@ describeModes('meshcap agent, %s mode', (mode) => {
 
   it('DEL removes the redirect and the record; traffic goes direct; DEL again succeeds', async () => {
     // iptables mode needs no cookie (SO_NETNS_COOKIE does not exist before 5.14)
-    const cookie = mode === 'ebpf' ? await EbpfPods.netnsCookie(pod.path) : 0n;
+    const cookie = mode === 'ebpf' ? await netnsCookie(pod.path) : 0n;
     const r = await cni('DEL', { ...base, containerId: 'c-web' });
     expect(r.exitCode, r.stdout).toBe(0);
     expect(r.stdout).toBe('');

@@ -13,7 +13,7 @@ import { CniError } from '../../../src/cni/errors.js';
 import type { CniRequest } from '../../../src/cni/types.js';
 import { FileSource } from '../../../src/kube/file-source.js';
 import { uninstallDatapath } from '../../../src/loader/datapath.js';
-import { EbpfPods } from '../../../src/maps/ebpf-pods.js';
+import { netnsCookie } from '../../../src/pod-netns.js';
 import { describeModes } from '../../helpers/datapaths.js';
 import { Lab, scaled, testPinRoot, type NsAgent } from '../../helpers/lab.js';
 import { istioPod } from '../../helpers/pods.js';
@@ -88,6 +88,6 @@ describeModes('attachments of one netns, and the host netns, %s mode', (mode) =>
     expect((err as CniError).code).toBe(4);
     expect((err as Error).message).toMatch(/default\/multi.*host's own network namespace/);
     expect(agent.store.list()).toEqual([]);
-    if (mode === 'ebpf') expect(agent.ebpf!.pods()).not.toContain(await EbpfPods.netnsCookie(hostNetns));
+    if (mode === 'ebpf') expect(agent.ebpf!.pods()).not.toContain(await netnsCookie(hostNetns));
   });
 });

@@ -68,7 +68,7 @@ describeEbpf('100 concurrent ADDs then 100 DELs (eBPF mode)', () => {
       expect(rec.podName).toBe(`burst-${i}`);
       const cookie = cookieOf(rec)!;
       cookies.add(cookie);
-      expect(agent.ebpf!.check(cookie, configOf(rec), rec.podIPs)).toEqual([]);
+      expect(agent.ebpf!.checkEntries(cookie, configOf(rec), rec.podIPs)).toEqual([]);
     }
     expect(cookies.size).toBe(N);
     expect(new Set(agent.ebpf!.pods())).toEqual(cookies);

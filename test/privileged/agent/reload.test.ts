@@ -18,7 +18,7 @@ import { configOf, cookieOf, readRecords } from '../../../src/agent/state-store.
 import { removeCapture } from '../../../src/fallback-iptables/apply.js';
 import { FileSource } from '../../../src/kube/file-source.js';
 import { uninstallDatapath } from '../../../src/loader/datapath.js';
-import { EbpfPods } from '../../../src/maps/ebpf-pods.js';
+import { EbpfBackend } from '../../../src/pod-datapath/ebpf.js';
 import { projectRoot } from '../../../src/paths.js';
 import { describeModes } from '../../helpers/datapaths.js';
 import { Lab, scaled, testPinRoot, type NsAgent } from '../../helpers/lab.js';
@@ -135,9 +135,9 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
   async function loseThePod(): Promise<void> {
     const rec = agent!.store.get('c-reload', 'eth0')!;
     if (mode === 'ebpf') {
-      const other = new EbpfPods(pinRoot);
+      const other = new EbpfBackend(pinRoot);
       try {
-        expect(other.unregister(cookieOf(rec)!)).toBeGreaterThan(0);
+        expect(other.remove(cookieOf(rec)!)).toBeGreaterThan(0);
       } finally {
         other.close();
       }
@@ -259,9 +259,9 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
       expect(Number(m![1]), 'the running proxy\'s inbound listener (v4, and v6 if it listens there)').toBeGreaterThanOrEqual(1);
       expect(r.stdout).toContain('restored default/web');
       const rec = readRecords(opts.stateDir).records[0]!;
-      const ebpf = new EbpfPods(pinRoot);
+      const ebpf = new EbpfBackend(pinRoot);
       try {
-        expect(ebpf.check(cookieOf(rec)!, configOf(rec), rec.podIPs)).toEqual([]);
+        expect(ebpf.checkEntries(cookieOf(rec)!, configOf(rec), rec.podIPs)).toEqual([]);
       } finally {
         ebpf.close();
       }

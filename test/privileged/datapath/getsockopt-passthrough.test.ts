@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { loadDatapath, uninstallDatapath } from '../../../src/loader/datapath.js';
-import { EbpfPods } from '../../../src/maps/ebpf-pods.js';
+import { EbpfBackend } from '../../../src/pod-datapath/ebpf.js';
 import { describeEbpf } from '../../helpers/datapaths.js';
 import { Lab, scaled, testPinRoot } from '../../helpers/lab.js';
 import { istioCapture } from '../../helpers/pods.js';
@@ -24,7 +24,7 @@ type Answers = { ipt_get_entries: Answer; ipt_entries_size?: number; so_peergrou
 describeEbpf('cgroup/getsockopt passes every other option through untouched, answers over a page included', () => {
   const lab = new Lab();
   const pinRoot = testPinRoot();
-  let ebpf: EbpfPods | undefined;
+  let ebpf: EbpfBackend | undefined;
   let ns: { name: string; path: string };
   let pod: { name: string; path: string };
   let without: Answers;
@@ -53,8 +53,8 @@ describeEbpf('cgroup/getsockopt passes every other option through untouched, ans
     expect(without.ipt_get_entries.len).toBeGreaterThan(64 * 1024);
     expect(without.so_peergroups).toMatchObject({ errno: 0, len: 10_000 });
     await loadDatapath({ pinRoot });
-    ebpf = new EbpfPods(pinRoot);
-    await ebpf.register(pod.path, istioCapture({ ips: ['198.18.30.1'] }), ['198.18.30.1']);
+    ebpf = new EbpfBackend(pinRoot);
+    await ebpf.register({ netns: pod.path, config: istioCapture({ ips: ['198.18.30.1'] }), podIPs: ['198.18.30.1'] });
   }, scaled(120_000));
 
   afterAll(async () => {
@@ -80,11 +80,11 @@ describeEbpf('cgroup/getsockopt passes every other option through untouched, ans
     await server.listen('198.18.32.2', 80);
     const second = testPinRoot();
     await loadDatapath({ pinRoot: second });
-    const other = new EbpfPods(second);
+    const other = new EbpfBackend(second);
     try {
       // app1 in the datapath attached first, app2 in the one attached second
-      await ebpf!.register(app1.path, istioCapture({ ips: ['198.18.31.1'], ipv6: false }), ['198.18.31.1']);
-      await other.register(app2.path, istioCapture({ ips: ['198.18.32.1'], ipv6: false }), ['198.18.32.1']);
+      await ebpf!.register({ netns: app1.path, config: istioCapture({ ips: ['198.18.31.1'], ipv6: false }), podIPs: ['198.18.31.1'] });
+      await other.register({ netns: app2.path, config: istioCapture({ ips: ['198.18.32.1'], ipv6: false }), podIPs: ['198.18.32.1'] });
       for (const [ns, dst] of [[app1, '198.18.31.2'], [app2, '198.18.32.2']] as const) {
         const proxy = await lab.proxy(ns.name);
         const app = await lab.agent(ns.name);

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { EbpfPods } from '../../../src/maps/ebpf-pods.js';
+import { netnsCookie } from '../../../src/pod-netns.js';
 import { Lab, scaled, type NsAgent } from '../../helpers/lab.js';
 import { istioCapture } from '../../helpers/pods.js';
 import { describeModes, makeDriver, type Driver } from '../../helpers/datapaths.js';
@@ -52,7 +52,7 @@ const inboundAccepts = () => proxy.accepts().filter((a) => a.listener === 'inbou
     if (dp.ebpf) {
       // no packet rewriting: the proxy's socket already has the original destination as its local address
       expect(a[0]!.local).toBe('198.18.4.1:8080');
-      expect(dp.ebpf.stats(await EbpfPods.netnsCookie(pod.path))!.inbound).toBeGreaterThan(0n);
+      expect(dp.ebpf.stats(await netnsCookie(pod.path))!.inbound).toBeGreaterThan(0n);
     } else {
       expect(a[0]!.local).toBe('198.18.4.1:15006'); // REDIRECT rewrote it
     }
@@ -134,7 +134,7 @@ const inboundAccepts = () => proxy.accepts().filter((a) => a.listener === 'inbou
       }
       // the app answered (its own address) through haproxy: the client never reaches 8080 directly while captured
       expect(r?.data, h.stderr()).toBe('198.18.5.1:8080|haproxy-in');
-      if (dp.ebpf) expect(dp.ebpf.stats(await EbpfPods.netnsCookie(hpod.path))!.inbound).toBeGreaterThan(0n);
+      if (dp.ebpf) expect(dp.ebpf.stats(await netnsCookie(hpod.path))!.inbound).toBeGreaterThan(0n);
       h.proc.kill('SIGKILL');
       // and with the proxy gone, a captured port is refused rather than bypassing it
       await expect(cli.connect('198.18.5.1', 8080, 'no-proxy')).rejects.toThrow(/ECONNREFUSED|ECONNRESET/);

@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setSplice } from '../../../src/loader/datapath.js';
-import { EbpfPods } from '../../../src/maps/ebpf-pods.js';
+import { netnsCookie } from '../../../src/pod-netns.js';
 import * as bpf from '../../../src/native/addon.js';
 import { mcOrig } from '../../../src/maps/layout.js';
 import { Lab, scaled, type NsAgent } from '../../helpers/lab.js';
@@ -85,7 +85,7 @@ const acceptedFor = (p: typeof proxy1, orig: string) => p.accepts().filter((a) =
     const r = await app1.connect('198.18.1.2', 80, 'hello-v4');
     expect(r.data, proxy1.lines.join('\n') + proxy1.stderr()).toBe('198.18.1.2:80|hello-v4');
     expect(acceptedFor(proxy1, '198.18.1.2:80')).toBe(before + 1);
-    if (dp.ebpf) expect(dp.ebpf.stats(await EbpfPods.netnsCookie(pod1.path))!.outbound).toBeGreaterThan(0n);
+    if (dp.ebpf) expect(dp.ebpf.stats(await netnsCookie(pod1.path))!.outbound).toBeGreaterThan(0n);
   });
 
   it('answers SO_ORIGINAL_DST with the struct an iptables REDIRECT gives', async () => {
@@ -227,7 +227,7 @@ const acceptedFor = (p: typeof proxy1, orig: string) => p.accepts().filter((a) =
     }
     expect(r?.data, h.stderr()).toBe('198.18.1.3:80|via-haproxy');
     if (dp.ebpf) {
-      const st = dp.ebpf.stats(await EbpfPods.netnsCookie(pod3.path))!;
+      const st = dp.ebpf.stats(await netnsCookie(pod3.path))!;
       expect(st.outbound).toBeGreaterThan(0n);
       expect(st.origdst).toBeGreaterThan(0n);
     }
@@ -278,7 +278,7 @@ const acceptedFor = (p: typeof proxy1, orig: string) => p.accepts().filter((a) =
   it('goes straight to the destination after the pod is unregistered, leaving nothing behind', async () => {
     proxy1.proc.kill('SIGKILL');
     // iptables mode needs no cookie (and SO_NETNS_COOKIE does not exist before 5.14)
-    const cookie1 = dp.ebpf ? await EbpfPods.netnsCookie(pod1.path) : 0n;
+    const cookie1 = dp.ebpf ? await netnsCookie(pod1.path) : 0n;
     await dp.unregister(pod1.path);
     expect(await dp.leftovers(pod1.path)).toBe(0);
     expect((await app1.connect('198.18.1.2', 80, 'direct')).data).toBe('198.18.1.2:80|direct');

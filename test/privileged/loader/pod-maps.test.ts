@@ -5,6 +5,7 @@ import { afterEach, beforeEach, expect, it } from 'vitest';
 import { describeEbpf } from '../../helpers/datapaths.js';
 import { existsSync } from 'node:fs';
 import { loadDatapath, uninstallDatapath } from '../../../src/loader/datapath.js';
+import { pinLayout } from '../../../src/loader/manifest.js';
 import { PodMaps } from '../../../src/maps/registry.js';
 import { testPinRoot } from '../../helpers/lab.js';
 import { istioCapture } from '../../helpers/pods.js';
@@ -12,7 +13,7 @@ import { istioCapture } from '../../helpers/pods.js';
 let root: string;
 const open: PodMaps[] = [];
 const maps = () => {
-  const m = new PodMaps(root);
+  const m = new PodMaps(pinLayout(root).maps);
   open.push(m);
   return m;
 };

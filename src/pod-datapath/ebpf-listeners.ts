@@ -10,7 +10,7 @@ import { readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import { MAP, mcListenKey } from '../maps/layout.js';
-import { pinLayout } from './manifest.js';
+import { pinLayout } from '../loader/manifest.js';
 
 /** Processes by the network namespace they live in ("dev:ino" of /proc/<pid>/ns/net). */
 export type NetnsProcesses = Map<string, number[]>;

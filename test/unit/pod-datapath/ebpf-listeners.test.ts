@@ -1,6 +1,6 @@
 // The /proc/net/tcp parser that finds a running proxy's inbound listener.
 import { describe, expect, it } from 'vitest';
-import { parseListeners } from '../../../src/loader/pod-listeners.js';
+import { parseListeners } from '../../../src/pod-datapath/ebpf-listeners.js';
 
 // Real lines (kernel 6.x layout): a v4 listener on 15006 (0x3A9E), one on
 // 15001, and an established connection whose local port is also 15006.

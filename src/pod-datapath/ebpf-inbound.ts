@@ -3,10 +3,10 @@
 // to the pod's netns through a pinned bpf_link at <pin root>/pods/<cookie>/inbound.
 import { existsSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import * as bpf from '../native/addon.js';
-import { bpfFdKind, readFdinfo } from './fdinfo.js';
-import { POD_INBOUND_OBJECT, POD_INBOUND_PROGRAM, POD_INBOUND_RODATA, objectPath, pinLayout } from './manifest.js';
+import { ForeignPinError } from '../loader/datapath.js';
+import { bpfFdKind, readFdinfo } from '../loader/fdinfo.js';
+import { POD_INBOUND_OBJECT, POD_INBOUND_PROGRAM, POD_INBOUND_RODATA, objectPath, pinLayout } from '../loader/manifest.js';
 import { u64Key } from '../maps/layout.js';
-import { ForeignPinError } from './datapath.js';
 
 export interface InboundLink {
   pin: string;

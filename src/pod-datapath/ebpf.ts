@@ -1,0 +1,114 @@
+// The eBPF backend: a pod is its entries in the pinned maps (mc_pods last, see
+// src/maps/registry.ts) plus, when it captures inbound, its own sk_lookup link
+// (ebpf-inbound.ts); a running proxy's inbound listener can be put back into
+// mc_listen (ebpf-listeners.ts). Keyed by the netns cookie, so unregister
+// works when the netns is already gone. The extras below the PodBackend
+// methods (snapshot, stats, pods, remove, refillListeners, ...) are what only
+// eBPF mode has: the reconciler, `meshcap status`, metrics and tests use them.
+import { configLimit, UnsupportedInEbpfError } from '../decision/ebpf-limits.js';
+import { pinLayout } from '../loader/manifest.js';
+import type { McStats } from '../maps/layout.js';
+import { PodMaps, type KeySnapshot } from '../maps/registry.js';
+import type { CaptureConfig } from '../redirect/config.js';
+import { addPassthroughV6, netnsCookie, netnsProblem } from '../pod-netns.js';
+import type { PodBackend, PodSetup, RemoveOutcome } from './backend.js';
+import { attachPodInbound, detachPodInbound, hasPodInbound } from './ebpf-inbound.js';
+import { refillPodListeners, type ListenerRefill, type NetnsProcesses } from './ebpf-listeners.js';
+
+/** podEntries encodes only: a config eBPF mode cannot honour never reaches the maps. */
+function assertSupported(cfg: CaptureConfig, podIPs: string[]): void {
+  const limit = configLimit(cfg, podIPs);
+  if (limit) throw new UnsupportedInEbpfError(limit);
+}
+
+export class EbpfBackend implements PodBackend {
+  readonly mode = 'ebpf' as const;
+  private readonly maps: PodMaps;
+
+  /** Opens the pinned maps under pinRoot; throws, naming `meshcap load`, when the datapath is not loaded. */
+  constructor(readonly pinRoot: string) {
+    this.maps = new PodMaps(pinLayout(pinRoot).maps);
+  }
+
+  close(): void {
+    this.maps.close();
+  }
+
+  async register(p: PodSetup): Promise<bigint> {
+    const netns = await netnsCookie(p.netns);
+    if (p.config.enableIPv6 || p.podIPs.some((ip) => ip.includes(':'))) await addPassthroughV6(p.netns);
+    assertSupported(p.config, p.podIPs);
+    this.maps.write(netns, p.config, p.podIPs);
+    if (p.config.parsed.inboundCapture) {
+      await attachPodInbound(this.pinRoot, netns, p.netns);
+    } else {
+      detachPodInbound(this.pinRoot, netns);
+    }
+    return netns;
+  }
+
+  async unregister(_p: PodSetup, cookie: bigint | null): Promise<RemoveOutcome> {
+    // Keyed by cookie: works without the netns (the sk_lookup link is defunct then).
+    if (cookie === null) throw new Error('eBPF record without a netns cookie');
+    this.remove(cookie);
+    return 'removed';
+  }
+
+  async check(p: PodSetup, cookie: bigint | null, snap?: KeySnapshot): Promise<string[]> {
+    const gone = await netnsProblem(p.netns, cookie);
+    if (gone) return [gone];
+    if (cookie === null) return ['eBPF record without a netns cookie'];
+    return this.checkEntries(cookie, p.config, p.podIPs, snap);
+  }
+
+  // ---- eBPF only
+
+  /** The pod's map entries and inbound link against its config (no netns needed). */
+  checkEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[], snap?: KeySnapshot): string[] {
+    assertSupported(cfg, podIPs);
+    const problems = this.maps.diff(netns, cfg, podIPs, snap);
+    if (cfg.parsed.inboundCapture && !hasPodInbound(this.pinRoot, netns)) problems.push('no inbound sk_lookup link pinned');
+    return problems;
+  }
+
+  /** Removes everything of the pod by its cookie; returns the number of map entries removed. */
+  remove(netns: bigint): number {
+    detachPodInbound(this.pinRoot, netns);
+    return this.maps.remove(netns);
+  }
+
+  /** The CIDR/port keys of every pod, one scan per map: for a pass over all pods (see KeySnapshot). */
+  snapshot(): KeySnapshot {
+    return this.maps.snapshot();
+  }
+
+  refreshSnapshot(snap: KeySnapshot, netns: bigint): void {
+    this.maps.refreshSnapshot(snap, netns);
+  }
+
+  /** False once the pinned maps are no longer the ones this object holds (reload needed). */
+  matchesPins(): boolean {
+    return this.maps.matchesPins();
+  }
+
+  /** Cookies of the pods in mc_pods. */
+  pods(): bigint[] {
+    return this.maps.pods();
+  }
+
+  stats(netns: bigint): McStats | null {
+    return this.maps.stats(netns);
+  }
+
+  /** Puts a running proxy's inbound listener back into mc_listen where it is missing (after a map reload). */
+  refillListeners(o: { netns: bigint; netnsPath: string; port: number; processes: NetnsProcesses }): ListenerRefill {
+    return refillPodListeners({ pinRoot: this.pinRoot, ...o });
+  }
+
+  /** Entries left for a netns in any per-pod map (0 after remove). */
+  leftovers(netns: bigint): number {
+    return (this.maps.pod(netns) ? 1 : 0) + (this.maps.stats(netns) ? 1 : 0) +
+      this.maps.keysOf('mc_cidrs', netns).length + this.maps.keysOf('mc_ports', netns).length +
+      (hasPodInbound(this.pinRoot, netns) ? 1 : 0);
+  }
+}
