@@ -1,7 +1,8 @@
 // The meshcap command line (commander: subcommands, help, choices, errors).
 // Every subcommand is registered here, from src/cli/; the logic each runs
-// lives in its own module.
+// lives in its own module. Exit codes and where usage goes: src/cli/exit.ts.
 import { Command } from 'commander';
+import { configureExits, guardStdio, runCli } from './exit.js';
 import { registerProbeCommand } from './probe-command.js';
 import { registerDatapathCommands } from './datapath-commands.js';
 import { registerProxyCommand } from './proxy-command.js';
@@ -10,9 +11,10 @@ import { registerAgentCommand } from './agent-command.js';
 import { registerStatusCommand } from './status-command.js';
 import { registerSandboxCommand } from './sandbox-command.js';
 
-const program = new Command('meshcap')
-  .description('eBPF-first service-mesh traffic redirection (CNI plugin + node agent), iptables fallback identical to istio-iptables')
-  .showHelpAfterError();
+guardStdio();
+
+const program = configureExits(new Command('meshcap'))
+  .description('eBPF-first service-mesh traffic redirection (CNI plugin + node agent), iptables fallback identical to istio-iptables');
 
 registerProbeCommand(program);
 registerDatapathCommands(program);
@@ -22,11 +24,7 @@ registerAgentCommand(program);
 registerStatusCommand(program);
 registerSandboxCommand(program);
 
-try {
-  await program.parseAsync(process.argv);
-} catch (e) {
-  const err = e as Error & { code?: string; log?: string };
-  console.error(`meshcap: ${err.message}`);
-  if (process.env.MESHCAP_DEBUG && err.log) console.error(err.log);
-  process.exitCode = 1;
-}
+process.exitCode = await runCli(program, process.argv, {
+  err: (s) => process.stderr.write(s),
+  debug: Boolean(process.env.MESHCAP_DEBUG),
+});

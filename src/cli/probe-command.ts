@@ -1,7 +1,11 @@
 // `meshcap probe`: what this kernel has, which mode meshcap picks, and why.
+import { rmdirSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 import type { Command } from 'commander';
 import { REQUIRED_FEATURES } from '../loader/features.js';
 import { probeKernel, type ProbeReport } from '../loader/probe.js';
+import { findCgroup2 } from '../loader/mounts.js';
+import { requireRoot } from './preflight.js';
 
 export function formatProbe(r: ProbeReport): string {
   const lines = [`kernel ${r.kernel}`, ''];
@@ -15,13 +19,65 @@ export function formatProbe(r: ProbeReport): string {
   return lines.join('\n');
 }
 
+/** 128 + signal number, as a shell reports a process a signal ended. */
+const SIGNAL_EXIT = { SIGINT: 130, SIGTERM: 143 } as const;
+
+/**
+ * The probe creates a netns and a cgroup (meshcap-probe-<pid>) and removes
+ * them when it is done. Ctrl-C would kill it in between, leaving both: the
+ * first SIGINT/SIGTERM lets the probe finish its cleanup and then exits
+ * 128+n; a second one removes them here and exits at once.
+ */
+async function probeUntilDone(): Promise<ProbeReport | undefined> {
+  let signalled: keyof typeof SIGNAL_EXIT | undefined;
+  const onSignal = (sig: keyof typeof SIGNAL_EXIT) => {
+    if (signalled) {
+      removeProbeTargets(process.pid);
+      process.exit(SIGNAL_EXIT[sig]);
+    }
+    signalled = sig;
+    process.stderr.write(`\nmeshcap probe: ${sig}: removing the probe's netns and cgroup\n`);
+  };
+  const onInt = () => onSignal('SIGINT');
+  const onTerm = () => onSignal('SIGTERM');
+  process.on('SIGINT', onInt);
+  process.on('SIGTERM', onTerm);
+  try {
+    const r = await probeKernel('auto');
+    if (signalled) {
+      process.exitCode = SIGNAL_EXIT[signalled];
+      return undefined;
+    }
+    return r;
+  } finally {
+    process.off('SIGINT', onInt);
+    process.off('SIGTERM', onTerm);
+  }
+}
+
+/** Best effort: the names src/loader/probe.ts gives its targets. */
+export function removeProbeTargets(pid: number): void {
+  const name = `meshcap-probe-${pid}`;
+  try {
+    execFileSync('ip', ['netns', 'del', name], { stdio: 'ignore' });
+  } catch { /* not there */ }
+  const root = findCgroup2();
+  if (root) {
+    try {
+      rmdirSync(`${root}/${name}`);
+    } catch { /* not there */ }
+  }
+}
+
 export function registerProbeCommand(program: Command): void {
   program
     .command('probe')
     .description('probe the kernel for the hooks eBPF mode needs and print the mode meshcap would choose')
     .option('--json', 'machine-readable output')
     .action(async (o: { json?: boolean }) => {
-      const r = await probeKernel('auto');
+      requireRoot('probe', 'trial-loads BPF programs and attaches them to a probe cgroup and network namespace');
+      const r = await probeUntilDone();
+      if (!r) return;
       console.log(o.json ? JSON.stringify(r, null, 2) : formatProbe(r));
     });
 }

@@ -4,6 +4,7 @@ import { Option, type Command } from 'commander';
 import { collectStatus, formatStatus } from '../agent/status.js';
 import { DEFAULT_STATE_DIR } from '../agent/state-store.js';
 import { pinRootOption } from './datapath-commands.js';
+import { checkDirOption, requireRoot } from './preflight.js';
 
 export function registerStatusCommand(program: Command): void {
   program
@@ -13,6 +14,8 @@ export function registerStatusCommand(program: Command): void {
     .addOption(new Option('--state-dir <dir>', 'the agent\'s state directory').default(DEFAULT_STATE_DIR))
     .addOption(pinRootOption())
     .action(async (o: { json?: boolean; stateDir: string; pinRoot: string }) => {
+      checkDirOption('--state-dir', o.stateDir);
+      requireRoot('status', 'reads the agent\'s records, the pinned BPF maps and iptables counters inside pod network namespaces');
       const r = await collectStatus({ stateDir: o.stateDir, pinRoot: o.pinRoot });
       console.log(o.json ? JSON.stringify(r, null, 2) : formatStatus(r));
       if (r.pods.some((p) => p.state === 'missing' || p.state === 'drift' || p.state === 'orphan') || r.problems.length > 0) process.exitCode = 1;

@@ -171,8 +171,9 @@ function cidrList(field: keyof CaptureSettings, sources: FieldSources, list: str
 function ifaceList(field: keyof CaptureSettings, sources: FieldSources, list: string): string[] {
   const names = splitList(list);
   for (const n of names) {
-    // Linux IFNAMSIZ is 16 incl. NUL; '/', ':' and whitespace are never valid.
-    if (n.length > 15 || /[\s/:]/.test(n) || n === '.' || n === '..') {
+    // Linux IFNAMSIZ is 16 bytes incl. NUL (bytes, not characters: "eth\u00e9" is 5);
+    // '/', ':' and whitespace are never valid.
+    if (Buffer.byteLength(n, 'utf8') > 15 || /[\s/:]/.test(n) || n === '.' || n === '..') {
       fail(field, sources, list, `"${n}" is not a valid interface name`);
     }
   }

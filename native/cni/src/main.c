@@ -128,8 +128,23 @@ static int fallback(enum verb verb, const struct netconf *nc, const char *why) {
   }
 }
 
-/* {"exitCode": int, "stdout": string}: print stdout verbatim, exit with the code. */
-static int relay_reply(const char *reply, size_t len, const struct netconf *nc) {
+/* Is text (len bytes) one JSON object, and for an error one with an integer
+ * "code" and a string "msg" (what the runtime reads)? */
+static int is_json_object(const char *text, size_t len, int as_error) {
+  json_t *o = json_loadb(text, len, 0, NULL);
+  int ok = json_is_object(o) &&
+           (!as_error || (json_is_integer(json_object_get(o, "code")) && json_is_string(json_object_get(o, "msg"))));
+  json_decref(o);
+  return ok;
+}
+
+/* {"exitCode": int, "stdout": string}: print stdout verbatim, exit with the code.
+ * The runtime reads stdout as the verb's result or error, so a reply that
+ * would hand it something it cannot parse becomes a CNI error instead: a
+ * failure (exit != 0) whose stdout is not an error object (empty, a bare
+ * message, a crash trace), and an ADD success whose stdout is not a JSON
+ * object (the result the runtime stores for the pod). */
+static int relay_reply(const char *reply, size_t len, const struct netconf *nc, enum verb verb) {
   json_error_t jerr;
   json_t *r = json_loadb(reply, len, 0, &jerr);
   json_t *code = json_object_get(r, "exitCode");
@@ -143,7 +158,27 @@ static int relay_reply(const char *reply, size_t len, const struct netconf *nc) 
     return fail(nc->cni_version, CNI_ERR_INTERNAL, msg, NULL);
   }
   int rc = (int)json_integer_value(code);
-  if (cni_write_stdout(json_string_value(out), json_string_length(out)) != 0) rc = rc != 0 ? rc : 1;
+  const char *text = json_string_value(out);
+  size_t text_len = json_string_length(out);
+  if (rc != 0 && !is_json_object(text, text_len, 1)) {
+    char msg[512];
+    char details[300];
+    snprintf(msg, sizeof msg, "meshcap agent at %s failed with exit code %d and %s", nc->agent_socket, rc,
+             text_len == 0 ? "no error message" : "an error that is not CNI error JSON");
+    snprintf(details, sizeof details, "agent output: %.200s%s", text, text_len > 200 ? "..." : "");
+    json_decref(r);
+    return fail(nc->cni_version, CNI_ERR_INTERNAL, msg, text_len == 0 ? NULL : details);
+  }
+  if (rc == 0 && verb == V_ADD && !is_json_object(text, text_len, 0)) {
+    char msg[512];
+    char details[300];
+    snprintf(msg, sizeof msg, "meshcap agent at %s answered ADD with %s instead of a JSON result", nc->agent_socket,
+             text_len == 0 ? "nothing" : "output");
+    snprintf(details, sizeof details, "agent output: %.200s%s", text, text_len > 200 ? "..." : "");
+    json_decref(r);
+    return fail(nc->cni_version, CNI_ERR_INTERNAL, msg, text_len == 0 ? NULL : details);
+  }
+  if (cni_write_stdout(text, text_len) != 0) rc = rc != 0 ? rc : 1;
   json_decref(r);
   return rc;
 }
@@ -265,7 +300,7 @@ int main(void) {
   free(req);
   int rc;
   if (st == AGENT_OK) {
-    rc = relay_reply(reply, reply_len, &nc);
+    rc = relay_reply(reply, reply_len, &nc, verb);
   } else if (st == AGENT_UNREACHABLE) {
     if (strncmp(why, "no answer before the deadline", 29) == 0) {
       char with_ms[320];

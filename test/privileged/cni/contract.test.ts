@@ -376,6 +376,33 @@ describe('misbehaving agent', () => {
     expect(String(r.json?.msg)).toMatch(/exceeds/);
   });
 
+  it('a failure with empty stdout becomes a CNI error (999) with the agent\'s exit code named, not an empty answer', async () => {
+    await rawAgent((s) => s.end(JSON.stringify({ exitCode: 3, stdout: '' })));
+    const r = await runPlugin('ADD', netconf('1.0.0'));
+    expect(r.exitCode).toBe(1);
+    expect(r.json).toMatchObject({ cniVersion: '1.0.0', code: 999 });
+    expect(String(r.json?.msg)).toBe(`meshcap agent at ${sock} failed with exit code 3 and no error message`);
+  });
+
+  it('a failure whose stdout is not CNI error JSON becomes a CNI error quoting it', async () => {
+    await rawAgent((s) => s.end(JSON.stringify({ exitCode: 1, stdout: 'TypeError: x is undefined' })));
+    const r = await runPlugin('DEL', netconf('1.0.0'));
+    expect(r.exitCode).toBe(1);
+    expect(r.json).toMatchObject({ code: 999, details: 'agent output: TypeError: x is undefined' });
+    expect(String(r.json?.msg)).toMatch(/an error that is not CNI error JSON/);
+  });
+
+  it('ADD success with non-JSON stdout becomes a CNI error, not a result the runtime cannot parse', async () => {
+    for (const stdout of ['ok', '', '[1]']) {
+      await new Promise<void>((res) => (rawServer ? rawServer.close(() => res()) : res()));
+      await rawAgent((s) => s.end(JSON.stringify({ exitCode: 0, stdout })));
+      const r = await runPlugin('ADD', netconf('1.0.0'));
+      expect(r.exitCode, stdout).toBe(1);
+      expect(r.json, stdout).toMatchObject({ code: 999 });
+      expect(String(r.json?.msg), stdout).toMatch(/answered ADD with (output|nothing) instead of a JSON result/);
+    }
+  });
+
   it('relays the agent exit code and stdout verbatim', async () => {
     await rawAgent((s) => s.end(JSON.stringify({ exitCode: 1, stdout: '{"cniVersion":"1.0.0","code":3,"msg":"gone"}' })));
     const r = await runPlugin('CHECK', netconf('1.0.0'));
