@@ -27,18 +27,20 @@ export class PodDatapath {
     return this.ebpf;
   }
 
+  // async: a missing backend is a rejected promise, as callers' .catch() expect.
+
   /** Sets the pod up (idempotent). Returns its netns cookie (null if the kernel cannot tell it). */
-  register(t: PodTarget): Promise<bigint | null> {
+  async register(t: PodTarget): Promise<bigint | null> {
     return this.backend(t.mode).register(t);
   }
 
   /** Removes the pod's redirect; fine when the netns is already gone. */
-  unregister(t: PodTarget, cookie: bigint | null): Promise<RemoveOutcome> {
+  async unregister(t: PodTarget, cookie: bigint | null): Promise<RemoveOutcome> {
     return this.backend(t.mode).unregister(t, cookie);
   }
 
   /** What is missing or different in the live datapath (empty: all present). */
-  check(t: PodTarget, cookie: bigint | null, snap?: KeySnapshot): Promise<string[]> {
+  async check(t: PodTarget, cookie: bigint | null, snap?: KeySnapshot): Promise<string[]> {
     return this.backend(t.mode).check(t, cookie, snap);
   }
 }
