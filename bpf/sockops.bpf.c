@@ -9,7 +9,8 @@
  *  - TCP_LISTEN_CB: the proxy's inbound listener of a meshed pod goes into
  *    mc_listen for sk_lookup to steer inbound connections to it.
  *  - with the splice switch on, app<->proxy loopback sockets go into mc_splice
- *    and sk_msg moves bytes between them without the TCP/IP stack.
+ *    (and their addresses into mc_splice_ref); splice.bpf.c's sk_msg program
+ *    moves bytes between them without the TCP/IP stack when that is safe.
  */
 #include "mc_common.h"
 
@@ -53,6 +54,21 @@ MC_INLINE bool mc_splice_on(void)
 	return st && (st->flags & MC_S_SPLICE);
 }
 
+/* Into the splice: the sockhash (sk_msg runs on our sends) and our address for
+ * the peer's sk_msg to read our TCP state from. */
+MC_INLINE void mc_splice_add(struct bpf_sock_ops *s, struct mc_tuple *mine)
+{
+	struct bpf_sock *sk = s->sk;
+	struct mc_sockref ref = {};
+
+	if (!sk)
+		return;
+	ref.addr = (__u64)sk;
+	ref.cookie = bpf_get_socket_cookie(s);
+	bpf_map_update_elem(&mc_splice_ref, mine, &ref, BPF_ANY);
+	bpf_sock_hash_update(s, &mc_splice, mine, BPF_ANY);
+}
+
 MC_INLINE void mc_on_connect(struct bpf_sock_ops *s)
 {
 	__u64 cookie = bpf_get_socket_cookie(s);
@@ -87,7 +103,7 @@ MC_INLINE void mc_on_passive(struct bpf_sock_ops *s)
 		bpf_map_delete_elem(&mc_origdst, &app);
 	}
 	if (mine.lport == pod->outbound_port && mc_is_loopback(mine.laddr) && mc_splice_on())
-		bpf_sock_hash_update(s, &mc_splice, &mine, BPF_ANY);
+		mc_splice_add(s, &mine);
 }
 
 MC_INLINE void mc_on_active(struct bpf_sock_ops *s)
@@ -104,7 +120,7 @@ MC_INLINE void mc_on_active(struct bpf_sock_ops *s)
 		return;
 	mc_tuple_of(s, netns, &mine);
 	if (mine.rport == pod->outbound_port && mc_is_loopback(mine.raddr))
-		bpf_sock_hash_update(s, &mc_splice, &mine, BPF_ANY);
+		mc_splice_add(s, &mine);
 }
 
 MC_INLINE void mc_on_listen(struct bpf_sock_ops *s)
@@ -139,31 +155,4 @@ int mc_sockops(struct bpf_sock_ops *s)
 		break;
 	}
 	return 1;
-}
-
-SEC("sk_msg")
-int mc_splice_msg(struct sk_msg_md *m)
-{
-	struct mc_tuple peer = {};
-
-	/* The peer sees this connection reversed. */
-	peer.netns = bpf_get_netns_cookie(m);
-	if (m->family == AF_INET) {
-		mc_v4mapped(peer.laddr, m->remote_ip4);
-		mc_v4mapped(peer.raddr, m->local_ip4);
-	} else {
-		((__u32 *)peer.laddr)[0] = m->remote_ip6[0];
-		((__u32 *)peer.laddr)[1] = m->remote_ip6[1];
-		((__u32 *)peer.laddr)[2] = m->remote_ip6[2];
-		((__u32 *)peer.laddr)[3] = m->remote_ip6[3];
-		((__u32 *)peer.raddr)[0] = m->local_ip6[0];
-		((__u32 *)peer.raddr)[1] = m->local_ip6[1];
-		((__u32 *)peer.raddr)[2] = m->local_ip6[2];
-		((__u32 *)peer.raddr)[3] = m->local_ip6[3];
-	}
-	peer.lport = (__u16)bpf_ntohl(m->remote_port);
-	peer.rport = (__u16)m->local_port;
-	/* No peer yet (or gone): SK_PASS without a redirect takes the normal path. */
-	bpf_msg_redirect_hash(m, &mc_splice, &peer, BPF_F_INGRESS);
-	return SK_PASS;
 }

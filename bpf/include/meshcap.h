@@ -202,6 +202,23 @@ struct {
 	__type(value, __u64);
 } mc_splice SEC(".maps");
 
+/* Kernel-only (no TypeScript mirror): where a spliced socket lives, so the
+ * peer's sk_msg program can read its TCP state (issue 20: a message may only
+ * skip TCP once the peer has read everything sent through TCP). sk_msg cannot
+ * release a sockhash lookup's reference, so the address is read through
+ * bpf_rdonly_cast and checked against the socket's cookie. */
+struct mc_sockref {
+	__u64 addr;   /* struct sock * */
+	__u64 cookie; /* its socket cookie: a freed and reused struct sock has another */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MC_MAX_SPLICE);
+	__type(key, struct mc_tuple);
+	__type(value, struct mc_sockref);
+} mc_splice_ref SEC(".maps");
+
 /* UDP DNS: socket cookie -> the resolver the app addressed (reply source). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

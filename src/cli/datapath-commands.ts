@@ -16,8 +16,8 @@ import { probeKernel } from '../loader/probe.js';
 import type { ModeRequest } from '../loader/mode.js';
 
 export const pinRootOption = () => new Option('--pin-root <dir>', 'bpffs directory for meshcap\'s pins').default(DEFAULT_PIN_ROOT);
-/** Why --splice is opt-in (issue 20): said in every --help that offers it. */
-export const SPLICE_WARNING = "experimental: can reorder a connection's bytes under accept backlog, see docs/datapath.md";
+/** Why --splice is opt-in: said in every --help that offers it. */
+export const SPLICE_WARNING = "experimental: FIONREAD under-reports on spliced sockets and a few connections are reset under a stalled proxy (issue 20), see docs/datapath.md";
 export const modeOption = () => new Option('--mode <mode>', 'datapath mode').choices(['auto', 'ebpf', 'iptables']).default('auto');
 
 export const stateDirOption = () => new Option('--state-dir <dir>', 'the agent\'s attachment records').default(DEFAULT_STATE_DIR);
@@ -87,6 +87,7 @@ export function registerDatapathCommands(program: Command): void {
       const r = await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice === true });
       for (const l of r.links) console.log(`${l.action.padEnd(8)} ${l.name.padEnd(14)} link ${l.linkId} prog ${l.progId} -> ${l.pin}`);
       for (const m of r.mapPrograms) console.log(`attached ${m.name.padEnd(14)} prog ${m.progId} -> map ${m.map}`);
+      for (const u of r.unavailable) console.log(`unavailable ${u.file} (its feature is off on this kernel): ${u.reason}`);
       console.log(`datapath loaded at ${r.cgroup} (pins under ${r.pinRoot})`);
       const restored = await restoreRecordedPods(o.pinRoot, o.stateDir);
       for (const l of restored.lines) console.log(l);

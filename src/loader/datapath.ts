@@ -29,6 +29,8 @@ export interface LoadResult {
   links: LinkState[];
   /** Programs attached to maps (the splice's sk_msg verdict). */
   mapPrograms: { name: string; map: string; progId: number }[];
+  /** Optional objects this kernel refused, with the reason (their features are unavailable). */
+  unavailable: { file: string; reason: string }[];
 }
 
 /** A pin under our root that is not what meshcap would have put there. */
@@ -83,10 +85,17 @@ export async function loadDatapath(opts: { pinRoot: string; splice?: boolean; ob
 
   const links: LinkState[] = [];
   const mapPrograms: LoadResult['mapPrograms'] = [];
+  const unavailable: LoadResult['unavailable'] = [];
   for (const spec of NODE_OBJECTS) {
     const obj = bpf.openObject(objectPath(spec.file, opts.objectDir), { mapPinDir: L.maps });
     try {
-      await obj.load();
+      try {
+        await obj.load();
+      } catch (e) {
+        if (!spec.optional) throw e;
+        unavailable.push({ file: spec.file, reason: (e as Error).message });
+        continue;
+      }
       const progs = new Map(obj.programs().map((p) => [p.name, p]));
       for (const mp of spec.maps ?? []) {
         const prog = progs.get(mp.name);
@@ -130,8 +139,13 @@ export async function loadDatapath(opts: { pinRoot: string; splice?: boolean; ob
       obj.close();
     }
   }
-  setSplice(opts.pinRoot, opts.splice ?? false);
-  return { pinRoot: opts.pinRoot, cgroup, links, mapPrograms };
+  const splice = opts.splice ?? false;
+  const noVerdict = unavailable.find((u) => u.file === 'splice.bpf.o');
+  // Sockets in mc_splice without the verdict would gain nothing and still
+  // change how the kernel reads them (FIONREAD): refuse instead.
+  if (splice && noVerdict) throw new Error(`--splice: this kernel cannot load the splice's sk_msg program (${noVerdict.reason})`);
+  setSplice(opts.pinRoot, splice);
+  return { pinRoot: opts.pinRoot, cgroup, links, mapPrograms, unavailable };
 }
 
 /** Turn the app<->proxy splice on or off (live, through the settings map). */

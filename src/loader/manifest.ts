@@ -21,6 +21,8 @@ export interface ObjectSpec {
   file: string;
   cgroup: CgroupProgram[];
   maps?: MapProgram[];
+  /** A kernel that cannot load it loses this feature only (not eBPF mode). */
+  optional?: boolean;
 }
 
 /** Attached once at the cgroup v2 root. */
@@ -32,13 +34,11 @@ export const NODE_OBJECTS: ObjectSpec[] = [
       { name: 'mc_connect6', attachType: 'CGROUP_INET6_CONNECT' },
     ],
   },
-  {
-    file: 'sockops.bpf.o',
-    cgroup: [{ name: 'mc_sockops', attachType: 'CGROUP_SOCK_OPS' }],
-    // The splice's verdict: sockets take the map's programs when they are
-    // inserted, so it is attached before sockops can insert any.
-    maps: [{ name: 'mc_splice_msg', map: 'mc_splice', attachType: 'SK_MSG_VERDICT' }],
-  },
+  // The splice's verdict: sockets take the map's programs when they are
+  // inserted, so it is attached before sockops can insert any. Optional: it
+  // reads the peer socket's TCP state (issue 20), which older kernels may refuse.
+  { file: 'splice.bpf.o', cgroup: [], maps: [{ name: 'mc_splice_msg', map: 'mc_splice', attachType: 'SK_MSG_VERDICT' }], optional: true },
+  { file: 'sockops.bpf.o', cgroup: [{ name: 'mc_sockops', attachType: 'CGROUP_SOCK_OPS' }] },
   { file: 'origdst.bpf.o', cgroup: [{ name: 'mc_getsockopt', attachType: 'CGROUP_GETSOCKOPT' }] },
   {
     file: 'dns.bpf.o',

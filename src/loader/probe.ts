@@ -36,7 +36,8 @@ export function verifierReason(log: string | undefined, fallback: string): strin
 
 async function trialLoadObjects(): Promise<FeatureResult & { failures: string[] }> {
   const failures: string[] = [];
-  for (const file of [...NODE_OBJECTS.map((o) => o.file), POD_INBOUND_OBJECT]) {
+  // Optional objects (the splice) cost their feature, not eBPF mode.
+  for (const file of [...NODE_OBJECTS.filter((o) => !o.optional).map((o) => o.file), POD_INBOUND_OBJECT]) {
     let obj: bpf.BpfObject | null = null;
     try {
       obj = bpf.openObject(objectPath(file));

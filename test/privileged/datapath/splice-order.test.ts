@@ -14,6 +14,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { execa } from 'execa';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { loadDatapath, setSplice, spliceOn, uninstallDatapath } from '../../../src/loader/datapath.js';
 import { EbpfPods } from '../../../src/maps/ebpf-pods.js';
 import { projectRoot } from '../../../src/paths.js';
@@ -22,8 +23,13 @@ import { istioCapture } from '../../helpers/pods.js';
 import { describeEbpf } from '../../helpers/datapaths.js';
 
 const TOOL = path.join(projectRoot, 'build/bin/mc-order-check');
+const FIONREAD_SCRIPT = fileURLToPath(new URL('./splice_fionread.py', import.meta.url));
 /** Per configuration: 25-45 s each on the 2-core host (SYN retransmits behind the full backlog set the pace). */
 const CONNS = Number(process.env.MESHCAP_ORDER_CONNS ?? 4000);
+/** For the splice cases alone (the 100,000-connection proof: docs/datapath.md). */
+const SPLICE_CONNS = Number(process.env.MESHCAP_ORDER_SPLICE_CONNS ?? CONNS);
+/** Deadline for a run of n connections: ≈ 130 connections/s here under backlog pressure, with room. */
+const runMs = (n: number) => scaled(60_000 + n * 25);
 const THREADS = 32;
 const BACKLOG = 8;
 
@@ -66,14 +72,14 @@ describeEbpf('byte order of app connections through the eBPF datapath (issue 20)
   }
   const COUNTERS = ['OutSegs', 'OutRsts', 'ListenOverflows', 'SyncookiesSent', 'SyncookiesFailed', 'TCPSynRetrans'];
 
-  async function run(sidecarArgs: string[] = []): Promise<{ app: AppResult; side: SidecarResult; tcp: Record<string, number>; ms: number }> {
+  async function run(sidecarArgs: string[] = [], conns = CONNS): Promise<{ app: AppResult; side: SidecarResult; tcp: Record<string, number>; ms: number }> {
     const side = lab.spawn(pod.name, [TOOL, 'sidecar', '--listen', '127.0.0.1:15001', '--backlog', String(BACKLOG), ...sidecarArgs], { uid: 1337 });
     try {
       await side.ready;
       const t0 = Date.now();
       const tcp0 = await tcpCounters();
-      const { stdout } = await execa('ip', ['netns', 'exec', pod.name, TOOL, 'app', '--connect', '198.18.20.2:80', '--threads', String(THREADS), '--conns', String(CONNS)], {
-        timeout: scaled(120_000),
+      const { stdout } = await execa('ip', ['netns', 'exec', pod.name, TOOL, 'app', '--connect', '198.18.20.2:80', '--threads', String(THREADS), '--conns', String(conns)], {
+        timeout: runMs(conns),
       });
       const app = JSON.parse(stdout) as AppResult;
       // The sidecar finishes once it has read as many connections as the app
@@ -95,7 +101,7 @@ describeEbpf('byte order of app connections through the eBPF datapath (issue 20)
   function expectComplete(r: Awaited<ReturnType<typeof run>>) {
     const msg = JSON.stringify(r);
     // nearly all connections must get through, or the test measured little
-    expect(r.app.connected, msg).toBeGreaterThanOrEqual(CONNS * 0.95);
+    expect(r.app.connected, msg).toBeGreaterThanOrEqual(r.app.attempted * 0.95);
     expect(r.app.write_errors + r.app.short_writes, msg).toBe(0);
     // The rest were reset by the overloaded listener itself (the late ACK's
     // SYN cookie fails: TcpExtSyncookiesFailed, one RST each; plain TCP
@@ -104,12 +110,11 @@ describeEbpf('byte order of app connections through the eBPF datapath (issue 20)
     expect(r.side.connections, msg).toBeLessThanOrEqual(r.app.connected);
     expect(r.side.connections, msg).toBeGreaterThanOrEqual(r.app.connected * 0.5);
     expect(r.side.connections + r.tcp.OutRsts!, msg).toBeGreaterThanOrEqual(r.app.connected);
-    expect(r.side.open, msg).toBe(0);
   }
 
   let spliceDefault: boolean | undefined;
 
-  it('the loader leaves the splice off when not asked (it can reorder bytes: issue 20)', () => {
+  it('the loader leaves the splice off when not asked (experimental: issue 20, docs/datapath.md)', () => {
     spliceDefault = spliceOn(pinRoot);
     expect(spliceDefault).toBe(false);
   });
@@ -120,34 +125,115 @@ describeEbpf('byte order of app connections through the eBPF datapath (issue 20)
     console.log(`order check, default (splice off): ${JSON.stringify(r)}`);
     expectComplete(r);
     expect(r.side.reordered, JSON.stringify(r.side)).toBe(0);
-    expect(r.side.short + r.side.long + r.side.errors, JSON.stringify(r.side)).toBe(0);
+    expect(r.side.short + r.side.long + r.side.errors + r.side.open, JSON.stringify(r.side)).toBe(0);
     expect(r.side.ok).toBe(r.side.connections);
-  }, scaled(240_000));
+    offSegsPerConn = r.tcp.OutSegs! / r.side.connections;
+  }, runMs(CONNS) + scaled(80_000));
 
-  // The splice's own verdict: while it reorders, it must not be the default.
-  it(`splice on: ${CONNS} connections; while any arrives reordered the splice stays off by default`, async () => {
+  /** TCP segments the pod sent per connection read, splice off: the yardstick for "the splice carried the bytes". */
+  let offSegsPerConn: number | undefined;
+
+  /** Run with the splice on, a tcp_syncookies mode in the pod's netns only, and sidecar options. */
+  async function runSpliced(syncookies: 1 | 2, sidecarArgs: string[]) {
+    await execa('ip', ['netns', 'exec', pod.name, 'sysctl', '-qw', `net.ipv4.tcp_syncookies=${syncookies}`]);
     setSplice(pinRoot, true);
-    let on: Awaited<ReturnType<typeof run>>;
     try {
-      on = await run();
+      return await run(sidecarArgs, SPLICE_CONNS);
     } finally {
       setSplice(pinRoot, false);
+      await execa('ip', ['netns', 'exec', pod.name, 'sysctl', '-qw', 'net.ipv4.tcp_syncookies=1']);
     }
-    console.log(`order check, splice on: ${JSON.stringify(on)}`);
-    expectComplete(on);
-    // Bytes are never lost or torn, reordered or not.
-    expect(on.side.short + on.side.long + on.side.errors, JSON.stringify(on.side)).toBe(0);
-    if (on.side.reordered === 0) {
+  }
+
+  // Each must hold with the splice on since mc_splice_msg redirects only what
+  // cannot overtake bytes on the TCP path (issue 20); before that fix the
+  // first case found 59-183 reordered connections per run.
+  const SPLICE_CASES: { name: string; syncookies: 1 | 2; args: string[] }[] = [
+    { name: 'backlog 8', syncookies: 1, args: [] },
+    { name: 'backlog 8, SYN cookies forced (tcp_syncookies=2)', syncookies: 2, args: [] },
+    { name: 'backlog 8, stalled proxy (no accept for 200 ms every 250)', syncookies: 2, args: ['--stall-ms', '200', '--stall-every', '250'] },
+  ];
+  for (const c of SPLICE_CASES) {
+    it(`splice on, ${c.name}: ${SPLICE_CONNS} connections arrive whole and in order, mostly spliced`, async () => {
+      expect(offSegsPerConn, 'the default configuration did not run first').toBeDefined();
+      const on = await runSpliced(c.syncookies, c.args);
+      console.log(`order check, splice on, ${c.name}: ${JSON.stringify(on)}`);
+      expectComplete(on);
+      expect(on.side.reordered, JSON.stringify(on.side)).toBe(0);
+      expect(on.side.short + on.side.long, JSON.stringify(on.side)).toBe(0);
+      // Known defect, not yet understood (docs/datapath.md): under a stalled
+      // proxy a few spliced connections are reset mid-stream (their bytes up
+      // to the reset in order) or do not finish; plain TCP under the same
+      // stress has none. While it happens the splice must not be the default.
+      expect(spliceDefault, 'the default was not read').toBeDefined();
+      expect(
+        on.side.errors + on.side.open === 0 || spliceDefault === false,
+        `${on.side.errors} connections reset and ${on.side.open} unfinished with the splice on, yet it is on by default`,
+      ).toBe(true);
       // A clean run proves something only if the splice carried the bytes:
       // then the pod's TCP sent far fewer segments than without it.
-      const off = await run();
-      console.log(`order check, splice off for the segment count: ${JSON.stringify(off)}`);
-      expect(on.tcp.OutSegs, `TCP segments with the splice on: ${on.tcp.OutSegs}, off: ${off.tcp.OutSegs}`).toBeLessThan(off.tcp.OutSegs! * 0.8);
+      const perConn = on.tcp.OutSegs! / on.side.connections;
+      expect(perConn, `TCP segments per connection with the splice on: ${perConn.toFixed(1)}, off: ${offSegsPerConn!.toFixed(1)}`).toBeLessThan(offSegsPerConn! * 0.5);
+    }, runMs(SPLICE_CONNS) + scaled(80_000));
+  }
+
+
+  /** The n-th JSON line with this event from a spawned helper (bounded wait). */
+  async function event<T = Record<string, unknown>>(p: { lines: string[]; stderr: () => string }, name: string, nth = 1): Promise<T> {
+    for (let i = 0; i < scaled(100); i++) {
+      const hits = p.lines.map((l) => { try { return JSON.parse(l) as { event?: string }; } catch { return {}; } }).filter((m) => m.event === name);
+      if (hits.length >= nth) return hits[nth - 1] as T;
+      await new Promise((r) => setTimeout(r, 100));
     }
-    expect(spliceDefault, 'the default was not read').toBeDefined();
-    expect(
-      on.side.reordered === 0 || spliceDefault === false,
-      `the splice reordered ${on.side.reordered} of ${on.side.connections} connections, yet loadDatapath turns it on by default`,
-    ).toBe(true);
-  }, scaled(400_000));
+    throw new Error(`no ${name} event #${nth}: ${p.lines.join(' ')} ${p.stderr()}`);
+  }
+
+  // A proxy that stops reading must not make the splice queue without bound:
+  // past the proxy's receive buffer, TCP (and its window) carries the rest,
+  // which is order-safe because the psock queue is read first.
+  it('splice on, a proxy that does not read: the psock queue stops at the receive buffer, TCP carries the rest, all in order; FIONREAD', async () => {
+    const rmem = Number((await execa('ip', ['netns', 'exec', pod.name, 'sysctl', '-n', 'net.ipv4.tcp_rmem'])).stdout.trim().split(/\s+/)[1]);
+    setSplice(pinRoot, true);
+    const proxy = lab.spawn(pod.name, ['/usr/bin/python3', FIONREAD_SCRIPT, 'proxy'], { uid: 1337, until: /"ready"/ });
+    try {
+      await proxy.ready;
+      const app = lab.spawn(pod.name, ['/usr/bin/python3', FIONREAD_SCRIPT, 'app', '198.18.20.2', '80'], { until: /"connected"/ });
+      await app.ready;
+      await event(proxy, 'accepted');
+      const settle = () => new Promise((r) => setTimeout(r, 300));
+      const inq = async (nth: number) => {
+        proxy.proc.stdin!.write('inq\n');
+        return (await event<{ bytes: number }>(proxy, 'inq', nth)).bytes;
+      };
+      // 1. a small write: spliced whole, FIONREAD counts it
+      app.proc.stdin!.write('4096\n');
+      expect((await event<{ total: number }>(app, 'sent', 1)).total).toBe(4096);
+      await settle();
+      expect(await inq(1), 'FIONREAD after 4096 spliced bytes').toBe(4096);
+      // 2. past the receive buffer: the psock queue stops there, TCP takes the rest
+      app.proc.stdin!.write(`${rmem + 32768 - 4096}\n`);
+      const total = (await event<{ total: number }>(app, 'sent', 2)).total;
+      await settle();
+      const { stdout: ss } = await execa('ip', ['netns', 'exec', pod.name, 'ss', '-tniH', 'state', 'established', 'sport', '= :15001']);
+      const viaTcp = Number(/bytes_received:(\d+)/.exec(ss)?.[1] ?? 0);
+      const fionread = await inq(2);
+      app.proc.stdin!.write('close\n');
+      proxy.proc.stdin!.write('read\n');
+      const read = await event<{ bytes: number; in_order: boolean }>(proxy, 'read');
+      console.log(`splice backpressure: rcvbuf ${rmem}, app wrote ${total}, ${viaTcp} through TCP, FIONREAD ${fionread}, proxy read ${read.bytes} in order: ${read.in_order}`);
+      expect(read).toEqual({ event: 'read', bytes: total, in_order: true });
+      expect(total).toBeGreaterThan(rmem);
+      // the psock queue was bounded: at least what exceeded the buffer went through TCP
+      expect(viaTcp).toBeGreaterThanOrEqual(total - rmem);
+      expect(viaTcp).toBeLessThan(total);
+      // FIONREAD with bytes in both queues: this kernel's tcp_bpf_ioctl counts
+      // one of them only, so while it is wrong the splice must stay off by default.
+      expect(spliceDefault, 'the default was not read').toBeDefined();
+      expect(fionread === total || spliceDefault === false, `FIONREAD ${fionread} of ${total} queued, yet the splice is on by default`).toBe(true);
+    } finally {
+      setSplice(pinRoot, false);
+      proxy.proc.kill('SIGKILL');
+    }
+  }, scaled(60_000));
+
 });
