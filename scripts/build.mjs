@@ -29,6 +29,26 @@ if (!existsSync(vmlinux)) {
 // 2. BPF objects.
 await run('make', ['-s', '-C', 'bpf', `OUT=${path.join(build, 'bpf')}`, `VMLINUX=${vmlinux}`]);
 
+// 2a. What `meshcap version` and `meshcap-cni` report: the package version and
+//     the commit this tree is at (none without git), in build/build-info.json.
+const { readFileSync, writeFileSync } = await import('node:fs');
+const pkgVersion = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')).version;
+const head = await execa('git', ['rev-parse', 'HEAD'], { cwd: root, reject: false });
+const commit = head.exitCode === 0 ? head.stdout.trim() : null;
+const dirty = commit !== null &&
+  (await execa('git', ['status', '--porcelain', '--untracked-files=no'], { cwd: root, reject: false })).stdout.trim() !== '';
+const buildInfo = JSON.stringify({ version: pkgVersion, commit, dirty }) + '\n';
+const writeIfChanged = (file, text) => {
+  if (!existsSync(file) || readFileSync(file, 'utf8') !== text) {
+    mkdirSync(path.dirname(file), { recursive: true });
+    writeFileSync(file, text);
+  }
+};
+writeIfChanged(path.join(build, 'build-info.json'), buildInfo);
+// the same for the C forwarder (native/cni/src/main.c includes it when present)
+writeIfChanged(path.join(build, 'include', 'meshcap_build_info.h'),
+  `#define MESHCAP_VERSION ${JSON.stringify(pkgVersion)}\n#define MESHCAP_COMMIT ${JSON.stringify(commit ? commit.slice(0, 12) + (dirty ? '-dirty' : '') : 'unknown')}\n`);
+
 // 3. Native: addon + CNI forwarder. cmake-js uses node-api-headers (package.json
 //    "binary.napi_versions"), so nothing is downloaded.
 await run(path.join(root, 'node_modules/.bin/cmake-js'), ['compile', '--log-level', 'error',

@@ -10,6 +10,7 @@ import { registerIptablesCommand } from './iptables-command.js';
 import { registerAgentCommand } from './agent-command.js';
 import { registerStatusCommand } from './status-command.js';
 import { registerSandboxCommand } from './sandbox-command.js';
+import { registerVersionCommand } from './version-command.js';
 
 guardStdio();
 
@@ -23,6 +24,7 @@ registerIptablesCommand(program);
 registerAgentCommand(program);
 registerStatusCommand(program);
 registerSandboxCommand(program);
+registerVersionCommand(program);
 
 process.exitCode = await runCli(program, process.argv, {
   err: (s) => process.stderr.write(s),

@@ -10,6 +10,7 @@ import { CniError } from './errors.js';
 import { CNI_ERROR_CODES } from './rules.js';
 import type { CniHandlers } from './types.js';
 import { MAX_REQUEST_BYTES, decodeWireRequest, encodeWireReply, type WireReply } from './wire.js';
+import { meshcapVersion } from '../version.js';
 
 export interface CniServerOptions {
   socketPath: string;
@@ -108,7 +109,10 @@ function serveConnection(sock: net.Socket, handlers: CniHandlers, logger: Logger
   let done = false;
 
   const reply = (r: WireReply) => {
-    if (!sock.destroyed) sock.end(encodeWireReply(r));
+    if (!sock.destroyed) {
+      const { version, commit } = meshcapVersion();
+      sock.end(encodeWireReply({ ...r, agent: { version, commit } }));
+    }
   };
   const reject = (err: CniError, verb = '?') => {
     // Keep draining (the data handler drops chunks once done) so a client

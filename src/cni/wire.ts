@@ -15,6 +15,12 @@ export interface WireReply {
   exitCode: number;
   /** Exactly what the forwarder prints on stdout. */
   stdout: string;
+  /**
+   * Who answered: the agent's version, on every reply (an optional field the
+   * forwarder ignores, so protocol v1 is unchanged): `meshcap version` asks
+   * the agent with a VERSION request and reads it here.
+   */
+  agent?: { version: string; commit: string | null };
 }
 
 const STRING_FIELDS = ['command', 'containerId', 'netns', 'ifname', 'args', 'path', 'stdin'] as const;

@@ -23,6 +23,21 @@
 #define STDIN_TIMEOUT_MS 5000       /* runtimes write stdin and close it at once */
 #define REPLY_CAP (4u << 20)        /* agent replies echo prevResult, < STDIN_CAP */
 #define WIRE_PROTOCOL_VERSION 1
+#if defined(__has_include)
+#if __has_include("meshcap_build_info.h")
+#include "meshcap_build_info.h" /* written by scripts/build.mjs */
+#endif
+#endif
+#ifndef MESHCAP_VERSION
+#ifdef MESHCAP_PACKAGE_VERSION
+#define MESHCAP_VERSION MESHCAP_PACKAGE_VERSION
+#else
+#define MESHCAP_VERSION "unknown"
+#endif
+#endif
+#ifndef MESHCAP_COMMIT
+#define MESHCAP_COMMIT "unknown"
+#endif
 
 enum verb { V_ADD, V_DEL, V_CHECK, V_STATUS, V_GC, V_VERSION, V_UNKNOWN };
 
@@ -208,12 +223,25 @@ static char *build_request(const char *command, size_t stdin_len, char *msg, siz
   return out;
 }
 
+/* Run by hand (no CNI_COMMAND): what this binary is, on stderr, exit 0, as
+ * the reference plugins do (skel's "about" text), so an operator can see which
+ * build sits in the CNI bin dir next to which agent. */
+static int print_about(void) {
+  fprintf(stderr, "meshcap-cni v%s (commit %s): the meshcap CNI plugin; forwards each CNI verb to the meshcap agent on this node (wire protocol %d)\n",
+          MESHCAP_VERSION, MESHCAP_COMMIT, WIRE_PROTOCOL_VERSION);
+  fprintf(stderr, "CNI protocol versions supported: ");
+  for (size_t i = 0; cni_supported_versions[i] != NULL; i++)
+    fprintf(stderr, "%s%s", i > 0 ? ", " : "", cni_supported_versions[i]);
+  fprintf(stderr, "\n");
+  return 0;
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   char msg[1024];
 
   const char *command = env("CNI_COMMAND");
-  if (command == NULL) return fail(NULL, CNI_ERR_INVALID_ENV, "CNI_COMMAND is not set", NULL);
+  if (command == NULL) return print_about();
   size_t vi = 0;
   while (vi < sizeof verbs / sizeof verbs[0] && strcmp(verbs[vi].name, command) != 0) vi++;
   if (vi == sizeof verbs / sizeof verbs[0]) {

@@ -4,7 +4,7 @@
 // and binds unix sockets, so it lives with the integration tests.
 // Build the binary first: cmake -S native/cni -B build/cni-only -DMESHCAP_BIN_DIR=$PWD/build/bin && cmake --build build/cni-only
 import { execa } from 'execa';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -289,10 +289,23 @@ describe('bad input: CNI errors, never a crash or a hang', () => {
     const r = await runPlugin('ADD', netconf('1.0.0'), { CNI_NETNS: undefined, CNI_IFNAME: undefined });
     expect(r.json).toMatchObject({ code: 4 });
     expect(String(r.json?.msg)).toMatch(/CNI_NETNS, CNI_IFNAME are not set/);
-    const noCmd = await runPlugin('ADD', netconf('1.0.0'), { CNI_COMMAND: undefined });
-    expect(noCmd.json).toMatchObject({ code: 4, msg: 'CNI_COMMAND is not set' });
+    const unknownCmd = await runPlugin('', netconf('1.0.0'), { CNI_COMMAND: 'add' });
+    expect(unknownCmd.json).toMatchObject({ code: 4 });
     const unknown = await runPlugin('FROB', netconf('1.0.0'));
     expect(unknown.json).toMatchObject({ code: 4 });
+    expect(calls).toHaveLength(0);
+  });
+
+  it('no CNI_COMMAND (run by hand): the about text with version and CNI versions on stderr, exit 0, as the reference plugins', async () => {
+    for (const over of [{ CNI_COMMAND: undefined }, { CNI_COMMAND: '' }]) {
+      const r = await execa(BIN, [], { env: envFor('ADD', over), extendEnv: false, input: '', reject: false });
+      expect(r.exitCode).toBe(0);
+      expect(r.stdout).toBe('');
+      const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { version: string };
+      expect(r.stderr.startsWith(`meshcap-cni v${pkg.version} (commit `), r.stderr).toBe(true);
+      expect(r.stderr).toMatch(/\(commit ([0-9a-f]{12}(-dirty)?|unknown)\)/);
+      expect(r.stderr).toMatch(/\nCNI protocol versions supported: 0\.3\.0, 0\.3\.1, 0\.4\.0, 1\.0\.0, 1\.1\.0$/);
+    }
     expect(calls).toHaveLength(0);
   });
 

@@ -9,6 +9,8 @@ import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { startCniServer, type CniServer } from '../../../src/cni/server.js';
 import type { CniHandlers } from '../../../src/cni/types.js';
+import { queryAgentVersion } from '../../../src/cni/agent-query.js';
+import { meshcapVersion } from '../../../src/version.js';
 
 const logger = pino({ level: 'silent' });
 const noop = async () => {};
@@ -62,7 +64,17 @@ describe('socket lifecycle', () => {
     expect(statSync(path.join(dir, 'a', 'b')).mode & 0o777).toBe(0o700);
     expect(statSync(sock).mode & 0o777).toBe(0o600);
     expect(statSync(sock).isSocket()).toBe(true);
-    expect(JSON.parse(await exchange(sock, request()))).toEqual({ exitCode: 0, stdout: '{"cniVersion":"1.0.0"}' });
+    expect(JSON.parse(await exchange(sock, request()))).toEqual({ exitCode: 0, stdout: '{"cniVersion":"1.0.0"}', agent: expect.any(Object) });
+  });
+
+  it('every reply names the agent\'s version (a field the forwarder ignores); meshcap version asks with VERSION', async () => {
+    const sock = path.join(dir, 'cni.sock');
+    await start(sock);
+    const { version, commit } = meshcapVersion();
+    expect(JSON.parse(await exchange(sock, request())).agent).toEqual({ version, commit });
+    const a = await queryAgentVersion(sock);
+    expect(a).toEqual({ reachable: true, version, commit, cniVersions: ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] });
+    expect(await queryAgentVersion(path.join(dir, 'none.sock'))).toEqual({ reachable: false, error: 'no socket there (is the agent running?)' });
   });
 
   it('replaces a stale socket left by a dead agent', async () => {

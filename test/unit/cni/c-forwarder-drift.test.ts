@@ -132,7 +132,10 @@ describe('C forwarder and src/cni agree', () => {
   });
 
   it('an unknown verb, and every combination of missing required variables, gets the same error', () => {
-    const cases: Record<string, string>[] = [{ ...fullEnv('FROB') }, {}];
+    // (No CNI_COMMAND at all is not an error for the forwarder: run by hand it
+    // prints its about text and exits 0, as the reference plugins do; the
+    // agent never sees such a request. test/privileged/cni/contract.test.ts.)
+    const cases: Record<string, string>[] = [{ ...fullEnv('FROB') }];
     for (const verb of CNI_VERBS) {
       const vars = REQUIRED_ENV[verb];
       for (let mask = 1; mask < 1 << vars.length; mask++) {
