@@ -1,17 +1,17 @@
 // `meshcap agent`: the node daemon (CNI socket, pod source, datapath writes,
 // health and metrics). Stops cleanly on SIGTERM/SIGINT, leaving the datapath
 // in place for the next agent to adopt.
+// The agent, the pod sources, pino and the Kubernetes client are imported in
+// the action: `meshcap --help` loads none of them (test/unit/cli/startup-imports.test.ts).
 import os from 'node:os';
 import { Option, type Command } from 'commander';
-import { pino, type Logger } from 'pino';
-import { startAgent } from '../agent/agent.js';
+import type { Logger } from 'pino';
 import { DEFAULT_STATE_DIR } from '../agent/state-store.js';
-import { ApiSource, loadKubeConfig } from '../kube/api-source.js';
-import { FileSource } from '../kube/file-source.js';
 import { DEFAULT_EXCLUDE_NAMESPACES } from '../decision/meshed.js';
 import type { PodSource } from '../kube/pod-source.js';
 import type { ModeRequest } from '../loader/mode.js';
 import { modeOption, pinRootOption, SPLICE_WARNING } from './datapath-commands.js';
+import { UsageError } from './exit.js';
 
 interface AgentFlags {
   standalone?: boolean;
@@ -30,14 +30,16 @@ interface AgentFlags {
   splice?: boolean;
 }
 
-function podSource(o: AgentFlags, logger: Logger): PodSource {
+async function podSource(o: AgentFlags, logger: Logger): Promise<{ source: PodSource; api: boolean }> {
   if (o.standalone) {
-    if (!o.pods) throw new Error('--standalone needs --pods FILE (the pods this node runs)');
-    return new FileSource({ path: o.pods, logger });
+    if (!o.pods) throw new UsageError('--standalone needs --pods FILE (the pods this node runs)');
+    const { FileSource } = await import('../kube/file-source.js');
+    return { source: new FileSource({ path: o.pods, logger }), api: false };
   }
-  if (o.pods) throw new Error('--pods is for --standalone; without it the agent watches the Kubernetes API');
+  if (o.pods) throw new UsageError('--pods is for --standalone; without it the agent watches the Kubernetes API');
   const nodeName = o.nodeName ?? process.env.NODE_NAME ?? os.hostname();
-  return new ApiSource({ kubeConfig: loadKubeConfig(o.kubeconfig), nodeName, logger });
+  const { ApiSource, loadKubeConfig } = await import('../kube/api-source.js');
+  return { source: new ApiSource({ kubeConfig: loadKubeConfig(o.kubeconfig), nodeName, logger }), api: true };
 }
 
 export function registerAgentCommand(program: Command): void {
@@ -59,12 +61,13 @@ export function registerAgentCommand(program: Command): void {
     .option('--splice', `eBPF mode: splice app<->proxy sockets with sk_msg (off by default; ${SPLICE_WARNING})`)
     .addOption(new Option('--log-level <level>', 'pino log level').choices(['debug', 'info', 'warn', 'error']).default('info'))
     .action(async (o: AgentFlags) => {
-      const logger = pino({ name: 'meshcap-agent', level: o.logLevel });
       const podWaitMs = Number(o.podWaitMs);
-      if (!Number.isInteger(podWaitMs) || podWaitMs < 0 || podWaitMs > 600_000) throw new Error(`--pod-wait-ms ${o.podWaitMs} is not a number of milliseconds (0..600000)`);
+      if (!Number.isInteger(podWaitMs) || podWaitMs < 0 || podWaitMs > 600_000) throw new UsageError(`--pod-wait-ms ${o.podWaitMs} is not a number of milliseconds (0..600000)`);
       const selfCheckS = Number(o.selfCheckInterval);
-      if (!Number.isFinite(selfCheckS) || selfCheckS < 0 || selfCheckS > 86_400) throw new Error(`--self-check-interval ${o.selfCheckInterval} is not a number of seconds (0..86400)`);
-      const source = podSource(o, logger);
+      if (!Number.isFinite(selfCheckS) || selfCheckS < 0 || selfCheckS > 86_400) throw new UsageError(`--self-check-interval ${o.selfCheckInterval} is not a number of seconds (0..86400)`);
+      const [{ pino }, { startAgent }] = await Promise.all([import('pino'), import('../agent/agent.js')]);
+      const logger = pino({ name: 'meshcap-agent', level: o.logLevel });
+      const { source, api } = await podSource(o, logger);
       const agent = await startAgent({
         socketPath: o.socket,
         pinRoot: o.pinRoot,
@@ -72,7 +75,7 @@ export function registerAgentCommand(program: Command): void {
         stateDir: o.stateDir,
         podSource: source,
         // In a cluster a pod that cannot be restored also gets a Warning Event.
-        ...(source instanceof ApiSource ? { reporter: source } : {}),
+        ...(api ? { reporter: source as import('../kube/api-source.js').ApiSource } : {}),
         excludeNamespaces: o.excludeNamespaces.split(',').map((s) => s.trim()).filter(Boolean),
         logger,
         ...(o.metricsAddr ? { metricsAddr: o.metricsAddr } : {}),

@@ -2,18 +2,13 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { Option, type Command } from 'commander';
-import { pino } from 'pino';
 import { DEFAULT_PIN_ROOT } from '../paths.js';
-import { KeyedLock } from '../agent/keyed-lock.js';
-import { reconcilePods } from '../agent/reconcile.js';
 import { DEFAULT_STATE_DIR, readRecords, StateStore } from '../agent/state-store.js';
-import { loadDatapath, uninstallDatapath } from '../loader/datapath.js';
 import { pinLayout } from '../loader/manifest.js';
 import { MAP } from '../maps/layout.js';
-import { EbpfBackend } from '../pod-datapath/ebpf.js';
-import { PodDatapath } from '../pod-datapath/pod-datapath.js';
-import { probeKernel } from '../loader/probe.js';
 import type { ModeRequest } from '../loader/mode.js';
+// The loader, the addon, the reconcile and pino are imported in the actions:
+// `meshcap --help` loads none of them (test/unit/cli/startup-imports.test.ts).
 
 export const pinRootOption = () => new Option('--pin-root <dir>', 'bpffs directory for meshcap\'s pins').default(DEFAULT_PIN_ROOT);
 /** Why --splice is opt-in: said in every --help that offers it. */
@@ -30,6 +25,10 @@ export const stateDirOption = () => new Option('--state-dir <dir>', 'the agent\'
  */
 async function restoreRecordedPods(pinRoot: string, stateDir: string): Promise<{ lines: string[]; failed: number }> {
   if (!existsSync(stateDir)) return { lines: [`no records in ${stateDir}: no pods to restore`], failed: 0 };
+  const [{ pino }, { KeyedLock }, { reconcilePods }, { EbpfBackend }, { PodDatapath }] = await Promise.all([
+    import('pino'), import('../agent/keyed-lock.js'), import('../agent/reconcile.js'),
+    import('../pod-datapath/ebpf.js'), import('../pod-datapath/pod-datapath.js'),
+  ]);
   const store = new StateStore(stateDir);
   const problems = store.open();
   const ebpf = new EbpfBackend(pinRoot);
@@ -57,8 +56,9 @@ async function restoreRecordedPods(pinRoot: string, stateDir: string): Promise<{
 }
 
 /** Pods the eBPF datapath captures now: mc_pods entries, named from the records where possible. */
-function capturedPods(pinRoot: string, stateDir: string): string[] {
+async function capturedPods(pinRoot: string, stateDir: string): Promise<string[]> {
   if (!existsSync(path.join(pinLayout(pinRoot).maps, MAP.pods))) return [];
+  const { EbpfBackend } = await import('../pod-datapath/ebpf.js');
   const ebpf = new EbpfBackend(pinRoot);
   let cookies: bigint[];
   try {
@@ -79,6 +79,7 @@ export function registerDatapathCommands(program: Command): void {
     .addOption(stateDirOption())
     .option('--splice', `splice app<->proxy sockets with sk_msg (off by default; ${SPLICE_WARNING})`)
     .action(async (o: { pinRoot: string; mode: ModeRequest; splice?: boolean; stateDir: string }) => {
+      const [{ probeKernel }, { loadDatapath }] = await Promise.all([import('../loader/probe.js'), import('../loader/datapath.js')]);
       const probe = await probeKernel(o.mode);
       if (probe.mode !== 'ebpf') {
         console.log(`mode iptables: nothing to load into the kernel (${probe.reasons.join('; ')})`);
@@ -100,8 +101,8 @@ export function registerDatapathCommands(program: Command): void {
     .addOption(pinRootOption())
     .addOption(stateDirOption())
     .option('--force', 'uninstall even though meshed pods are captured now (their traffic then bypasses the sidecar)')
-    .action((o: { pinRoot: string; stateDir: string; force?: boolean }) => {
-      const live = capturedPods(o.pinRoot, o.stateDir);
+    .action(async (o: { pinRoot: string; stateDir: string; force?: boolean }) => {
+      const live = await capturedPods(o.pinRoot, o.stateDir);
       if (live.length > 0 && !o.force) {
         console.error(
           `meshcap uninstall: ${live.length} meshed pod(s) are captured by the eBPF datapath now: ${live.slice(0, 20).join(', ')}${live.length > 20 ? ', ...' : ''}.\n` +
@@ -113,6 +114,7 @@ export function registerDatapathCommands(program: Command): void {
         return;
       }
       if (live.length > 0) console.error(`meshcap uninstall --force: ${live.length} meshed pod(s) lose their capture now: ${live.join(', ')}`);
+      const { uninstallDatapath } = await import('../loader/datapath.js');
       const r = uninstallDatapath(o.pinRoot);
       console.log(`detached ${r.detached.length} links, removed ${r.unpinned.length} pins under ${o.pinRoot}`);
       if (r.leftBehind.length) {

@@ -3,8 +3,7 @@ import { rmdirSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import type { Command } from 'commander';
 import { REQUIRED_FEATURES } from '../loader/features.js';
-import { probeKernel, type ProbeReport } from '../loader/probe.js';
-import { findCgroup2 } from '../loader/mounts.js';
+import type { ProbeReport } from '../loader/probe.js';
 import { requireRoot } from './preflight.js';
 
 export function formatProbe(r: ProbeReport): string {
@@ -32,8 +31,8 @@ async function probeUntilDone(): Promise<ProbeReport | undefined> {
   let signalled: keyof typeof SIGNAL_EXIT | undefined;
   const onSignal = (sig: keyof typeof SIGNAL_EXIT) => {
     if (signalled) {
-      removeProbeTargets(process.pid);
-      process.exit(SIGNAL_EXIT[sig]);
+      void removeProbeTargets(process.pid).finally(() => process.exit(SIGNAL_EXIT[sig]));
+      return;
     }
     signalled = sig;
     process.stderr.write(`\nmeshcap probe: ${sig}: removing the probe's netns and cgroup\n`);
@@ -43,6 +42,8 @@ async function probeUntilDone(): Promise<ProbeReport | undefined> {
   process.on('SIGINT', onInt);
   process.on('SIGTERM', onTerm);
   try {
+    // The probe (and with it the addon) is loaded only when it runs.
+    const { probeKernel } = await import('../loader/probe.js');
     const r = await probeKernel('auto');
     if (signalled) {
       process.exitCode = SIGNAL_EXIT[signalled];
@@ -56,11 +57,12 @@ async function probeUntilDone(): Promise<ProbeReport | undefined> {
 }
 
 /** Best effort: the names src/loader/probe.ts gives its targets. */
-export function removeProbeTargets(pid: number): void {
+export async function removeProbeTargets(pid: number): Promise<void> {
   const name = `meshcap-probe-${pid}`;
   try {
     execFileSync('ip', ['netns', 'del', name], { stdio: 'ignore' });
   } catch { /* not there */ }
+  const { findCgroup2 } = await import('../loader/mounts.js');
   const root = findCgroup2();
   if (root) {
     try {

@@ -1,7 +1,6 @@
 // `meshcap proxy`: the reference transparent proxy (src/proxy/) with its
 // ports and switches from the command line.
 import type { Command } from 'commander';
-import { runReferenceProxy } from '../proxy/run.js';
 
 export function registerProxyCommand(program: Command): void {
   program
@@ -15,6 +14,7 @@ export function registerProxyCommand(program: Command): void {
     .option('--transparent', 'IP_TRANSPARENT on the inbound listeners (iptables TPROXY mode, as Envoy does)')
     .option('--quiet', 'no per-connection lines')
     .action(async (o: { outbound: string; inbound: string; dns?: string; echo?: boolean; ipv6: boolean; quiet?: boolean; transparent?: boolean }) => {
+      const { runReferenceProxy } = await import('../proxy/run.js');
       await runReferenceProxy({
         outboundPort: Number(o.outbound),
         inboundPort: Number(o.inbound),

@@ -3,8 +3,8 @@
 // signal interrupted it (after cleaning up).
 import { Option, type Command } from 'commander';
 import type { Mode } from '../loader/mode.js';
-import { abortOnSignals, SIGNAL_EXIT, SignalAbort } from '../sandbox/cleanup.js';
-import { runSandbox, type RuntimeChoice } from '../sandbox/sandbox.js';
+import type { RuntimeChoice } from '../sandbox/sandbox.js';
+// The sandbox is imported in the action: `meshcap --help` does not load it.
 
 interface SandboxFlags {
   runtime: RuntimeChoice;
@@ -38,6 +38,9 @@ export function registerSandboxCommand(program: Command): void {
     .action(async (o: SandboxFlags) => {
       const modes = o.modes.split(',').map((m) => m.trim());
       for (const m of modes) if (m !== 'ebpf' && m !== 'iptables') throw new Error(`--modes: ${m} is not ebpf or iptables`);
+      const [{ abortOnSignals, SIGNAL_EXIT, SignalAbort }, { runSandbox }] = await Promise.all([
+        import('../sandbox/cleanup.js'), import('../sandbox/sandbox.js'),
+      ]);
       const ctl = new AbortController();
       const off = abortOnSignals(ctl, (m) => process.stderr.write(`\nmeshcap sandbox: ${m}\n`));
       try {
