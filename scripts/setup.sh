@@ -22,6 +22,7 @@ PKGS=(
   util-linux            # setpriv/unshare/nsenter
   python3               # SO_ORIGINAL_DST listener in the iptables traffic test
   procps psmisc
+  openssl               # per-run certificates of the test control plane (test/helpers/k8s-control-plane.ts)
 )
 
 missing=()
@@ -46,3 +47,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 
 node scripts/build.mjs
+
+# etcd, etcdctl and kube-apiserver from their Go modules into build/k8s/bin/
+# for the real-API-server tests (test/k8s/); nothing when already built at the
+# pinned versions, about 10 minutes the first time (docs/kubernetes-e2e.md)
+bash scripts/build-k8s.sh
