@@ -70,7 +70,7 @@ describeEbpf('byte order of app connections through the eBPF datapath (issue 20)
     }
     return out;
   }
-  const COUNTERS = ['OutSegs', 'OutRsts', 'ListenOverflows', 'SyncookiesSent', 'SyncookiesFailed', 'TCPSynRetrans'];
+  const COUNTERS = ['OutSegs', 'OutRsts', 'ListenOverflows', 'SyncookiesSent', 'SyncookiesFailed', 'TCPSynRetrans', 'TCPAbortOnClose', 'TCPAbortOnData', 'TCPAbortOnMemory', 'TCPAbortOnTimeout', 'TCPAbortOnLinger', 'TCPAbortFailed', 'TCPChallengeACK', 'TWRecycled', 'TCPTimeWaitOverflow'];
 
   async function run(sidecarArgs: string[] = [], conns = CONNS): Promise<{ app: AppResult; side: SidecarResult; tcp: Record<string, number>; ms: number }> {
     const side = lab.spawn(pod.name, [TOOL, 'sidecar', '--listen', '127.0.0.1:15001', '--backlog', String(BACKLOG), ...sidecarArgs], { uid: 1337 });
