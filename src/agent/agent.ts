@@ -166,7 +166,12 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
     };
     const startup = await pass('start', true);
     const handlers = metrics.instrument(base);
-    server = await startCniServer({ socketPath: o.socketPath, handlers, logger: log.child({ component: 'cni' }) });
+    const startedAt = new Date().toISOString();
+    server = await startCniServer({
+      socketPath: o.socketPath, handlers, logger: log.child({ component: 'cni' }),
+      // every reply says who answered (`meshcap status`, `meshcap version`)
+      identity: () => ({ mode, startedAt, notReady: notReady() ?? null, podSourceSynced: o.podSource.synced(), pid: process.pid }),
+    });
 
     log.info({
       mode,

@@ -169,12 +169,15 @@ function ports(include: string, exclude: string): string {
 }
 
 /** The human table. */
-export function formatStatus(r: StatusReport): string {
-  const header = ['POD', 'MODE', 'PROFILE', 'NETNS', 'IPS', 'INBOUND', 'OUTBOUND', 'CONN OUT', 'CONN IN', 'STATE'];
+/** `wide` adds the container id and the netns cookie (and keeps every column). */
+export function formatStatus(r: StatusReport, opts: { wide?: boolean } = {}): string {
+  const wide = opts.wide === true;
+  const header = ['POD', 'MODE', 'PROFILE', ...(wide ? ['CONTAINER', 'COOKIE'] : []), 'NETNS', 'IPS', 'INBOUND', 'OUTBOUND', 'CONN OUT', 'CONN IN', 'STATE'];
   const rows = r.pods.map((p) => [
     p.namespace ? `${p.namespace}/${p.name}` : `(no record) cookie ${p.netnsCookie}`,
     p.mode,
     p.profile ?? '-',
+    ...(wide ? [p.containerId ? p.containerId.slice(0, 12) : '-', p.netnsCookie ?? '-'] : []),
     p.netns ?? '-',
     p.podIPs.join(',') || '-',
     p.capture ? `${ports(p.capture.inboundPorts, p.capture.excludeInboundPorts)} -> ${p.capture.inboundPort}` : '-',

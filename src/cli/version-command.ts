@@ -44,7 +44,7 @@ export function registerVersionCommand(program: Command): void {
         else if (agent.version === null) lines.push(`agent   at ${o.socket}: answers, but does not report its version (older than this CLI)`);
         else {
           const same = agent.version === self.version && (agent.commit ?? null) === (self.commit ?? null);
-          lines.push(`agent   ${formatVersion({ version: agent.version, commit: agent.commit })} at ${o.socket}${same ? '' : '  (differs from this CLI)'}`);
+          lines.push(`agent   ${formatVersion({ version: agent.version, commit: agent.commit, ...(agent.dirty ? { dirty: true } : {}) })} at ${o.socket}${same ? '' : '  (differs from this CLI)'}`);
         }
       }
       console.log(lines.join('\n'));

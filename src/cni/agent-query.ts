@@ -5,8 +5,22 @@ import net from 'node:net';
 import { WIRE_VERSION } from './wire.js';
 
 export type AgentVersionAnswer =
-  | { reachable: true; version: string | null; commit: string | null; cniVersions: string[] }
-  | { reachable: false; error: string };
+  | {
+    reachable: true;
+    version: string | null;
+    commit: string | null;
+    /** The agent's build had uncommitted changes. */
+    dirty?: boolean;
+    cniVersions: string[];
+    /** What the agent says about itself (agents since `meshcap status` shows health; absent before). */
+    mode?: string;
+    startedAt?: string;
+    /** null when ready, else why not. */
+    notReady?: string | null;
+    podSourceSynced?: boolean;
+    pid?: number;
+  }
+  | { reachable: false; error: string; needsRoot?: boolean };
 
 export function queryAgentVersion(socketPath: string, timeoutMs = 2000): Promise<AgentVersionAnswer> {
   const request = JSON.stringify({ v: WIRE_VERSION, command: 'VERSION', containerId: '', netns: '', ifname: '', args: '', path: '', stdin: '' });
@@ -28,11 +42,15 @@ export function queryAgentVersion(socketPath: string, timeoutMs = 2000): Promise
       const why = e.code === 'ENOENT' ? 'no socket there (is the agent running?)'
         : e.code === 'ECONNREFUSED' ? 'nobody listens on it (a stale socket?)'
           : e.code === 'EACCES' ? 'permission denied (the socket is root-only)' : e.message;
-      done({ reachable: false, error: why });
+      done({ reachable: false, error: why, ...(e.code === 'EACCES' ? { needsRoot: true } : {}) });
     });
     sock.on('end', () => {
       try {
-        const r = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { stdout?: unknown; agent?: { version?: unknown; commit?: unknown } };
+        const r = JSON.parse(Buffer.concat(chunks).toString('utf8')) as {
+          stdout?: unknown;
+          agent?: { version?: unknown; commit?: unknown; dirty?: unknown; mode?: unknown; startedAt?: unknown; notReady?: unknown; podSourceSynced?: unknown; pid?: unknown };
+        };
+        const a = r.agent ?? {};
         let cniVersions: string[] = [];
         try {
           const info = JSON.parse(String(r.stdout)) as { supportedVersions?: unknown };
@@ -44,6 +62,12 @@ export function queryAgentVersion(socketPath: string, timeoutMs = 2000): Promise
           version: typeof r.agent?.version === 'string' ? r.agent.version : null,
           commit: typeof r.agent?.commit === 'string' ? r.agent.commit : null,
           cniVersions,
+          ...(a.dirty === true ? { dirty: true } : {}),
+          ...(typeof a.mode === 'string' ? { mode: a.mode } : {}),
+          ...(typeof a.startedAt === 'string' ? { startedAt: a.startedAt } : {}),
+          ...(a.notReady === null || typeof a.notReady === 'string' ? { notReady: a.notReady } : {}),
+          ...(typeof a.podSourceSynced === 'boolean' ? { podSourceSynced: a.podSourceSynced } : {}),
+          ...(typeof a.pid === 'number' ? { pid: a.pid } : {}),
         });
       } catch (e) {
         done({ reachable: false, error: `the reply is not JSON: ${(e as Error).message}` });

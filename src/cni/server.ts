@@ -18,6 +18,8 @@ export interface CniServerOptions {
   logger: Logger;
   /** How long a client may take to send its request (default 5000 ms). */
   requestReadTimeoutMs?: number;
+  /** More about the agent for every reply's `agent` field (mode, readiness, ...: `meshcap status`). */
+  identity?: () => Record<string, unknown>;
 }
 
 export interface CniServer {
@@ -69,7 +71,7 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
     open.add(sock);
     sock.once('close', () => open.delete(sock));
     sock.on('error', (err) => logger.debug({ err }, 'cni connection error'));
-    serveConnection(sock, handlers, logger, readTimeoutMs);
+    serveConnection(sock, handlers, logger, readTimeoutMs, opts.identity);
   });
 
   await new Promise<void>((resolve, reject) => {
@@ -102,7 +104,7 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
   };
 }
 
-function serveConnection(sock: net.Socket, handlers: CniHandlers, logger: Logger, readTimeoutMs: number): void {
+function serveConnection(sock: net.Socket, handlers: CniHandlers, logger: Logger, readTimeoutMs: number, identity?: () => Record<string, unknown>): void {
   const started = performance.now();
   const chunks: Buffer[] = [];
   let size = 0;
@@ -110,8 +112,12 @@ function serveConnection(sock: net.Socket, handlers: CniHandlers, logger: Logger
 
   const reply = (r: WireReply) => {
     if (!sock.destroyed) {
-      const { version, commit } = meshcapVersion();
-      sock.end(encodeWireReply({ ...r, agent: { version, commit } }));
+      const { version, commit, dirty } = meshcapVersion();
+      let more: Record<string, unknown> = {};
+      try {
+        more = identity?.() ?? {};
+      } catch { /* the reply matters more than the identity */ }
+      sock.end(encodeWireReply({ ...r, agent: { ...more, version, commit, ...(dirty ? { dirty } : {}) } }));
     }
   };
   const reject = (err: CniError, verb = '?') => {

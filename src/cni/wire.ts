@@ -20,7 +20,7 @@ export interface WireReply {
    * forwarder ignores, so protocol v1 is unchanged): `meshcap version` asks
    * the agent with a VERSION request and reads it here.
    */
-  agent?: { version: string; commit: string | null };
+  agent?: { version: string; commit: string | null; dirty?: boolean };
 }
 
 const STRING_FIELDS = ['command', 'containerId', 'netns', 'ifname', 'args', 'path', 'stdin'] as const;

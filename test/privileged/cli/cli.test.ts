@@ -7,7 +7,10 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import pino from 'pino';
 import { findCgroup2 } from '../../../src/loader/mounts.js';
+import { startCniServer } from '../../../src/cni/server.js';
+import { meshcapVersion } from '../../../src/version.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 const MESHCAP = path.join(root, 'bin/meshcap');
@@ -43,12 +46,70 @@ describe('meshcap as a process', () => {
     if (cg) expect(existsSync(path.join(cg, name))).toBe(false);
   });
 
-  it('probe and status as non-root say that root is needed (exit 1), not EACCES', async () => {
-    for (const cmd of ['probe', 'status']) {
-      const r = await execa('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, MESHCAP, cmd], { reject: false });
-      expect(r.exitCode, cmd).toBe(1);
-      expect(r.stderr, cmd).toMatch(new RegExp(`^meshcap: ${cmd} needs root \\(it .*\\); you are uid 65534: run it as root`));
-      expect(r.stderr, cmd).not.toMatch(/EACCES/);
+  it('probe as non-root says that root is needed (exit 1), not EACCES', async () => {
+    const r = await execa('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, MESHCAP, 'probe'], { reject: false });
+    expect(r.exitCode).toBe(1);
+    expect(r.stderr).toMatch(/^meshcap: probe needs root \(it .*\); you are uid 65534: run it as root/);
+    expect(r.stderr).not.toMatch(/EACCES/);
+  });
+
+  it('status as non-root shows what it can and says where root is needed (exit 1), not EACCES or "no pods"', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'meshcap-cli-'));
+    try {
+      const sockDir = path.join(dir, 'run');
+      const server = await startCniServer({ socketPath: path.join(sockDir, 'cni.sock'), handlers: { add: async () => {}, del: async () => {}, check: async () => {}, status: async () => {}, gc: async () => {} }, logger: pino({ level: 'silent' }) });
+      try {
+        const r = await execa('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, MESHCAP, 'status', '--socket', path.join(sockDir, 'cni.sock')], { reject: false });
+        expect(r.exitCode).toBe(1);
+        expect(r.stdout).toMatch(/^agent\s+NOT REACHABLE at .*: permission denied \(the socket is root-only\) \(run as root\)/);
+        expect(r.stdout).toMatch(/\npods: reading the pods needs root .*run it as root/);
+        expect(r.stdout).not.toMatch(/no pods in the datapath|not loaded/);
+        expect(r.stderr).toBe('');
+      } finally {
+        await server.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('status shows the agent first: reachable, ready, mode, version, uptime, pod source, then the CNI chain and the pods', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'meshcap-cli-'));
+    const socketPath = path.join(dir, 'cni.sock');
+    const startedAt = new Date(Date.now() - 125_000).toISOString();
+    const server = await startCniServer({
+      socketPath, handlers: { add: async () => {}, del: async () => {}, check: async () => {}, status: async () => {}, gc: async () => {} }, logger: pino({ level: 'silent' }),
+      identity: () => ({ mode: 'ebpf', startedAt, notReady: null, podSourceSynced: true, pid: 4242 }),
+    });
+    try {
+      const netd = path.join(dir, 'net.d');
+      await execa('mkdir', [netd]);
+      writeFileSync(path.join(netd, '10-k8s.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: 'k8s', plugins: [{ type: 'bridge' }, { type: 'meshcap-cni' }] }));
+      const args = ['status', '--socket', socketPath, '--cni-conf-dir', netd, '--state-dir', path.join(dir, 'state'), '--pin-root', path.join(dir, 'pins')];
+      const t = await execa(process.execPath, [MESHCAP, ...args], { reject: false });
+      expect(t.exitCode, t.stderr).toBe(0);
+      const { version } = meshcapVersion();
+      expect(t.stdout.split('\n').slice(0, 7).map((l) => l.split(/\s{2,}/))).toEqual([
+        ['agent', `reachable at ${socketPath} (pid 4242)`],
+        ['ready', 'yes'],
+        ['mode', 'ebpf'],
+        [expect.stringMatching(/^version/), expect.stringContaining(version)],
+        ['uptime', expect.stringMatching(/^2m0[4-9]s$/)],
+        ['pod source', 'synced'],
+        ['CNI chain', `meshcap-cni is last in ${path.join(netd, '10-k8s.conflist')}`],
+      ]);
+      expect(t.stdout).toMatch(/no pods in the datapath/);
+      const j = JSON.parse((await execa(process.execPath, [MESHCAP, ...args, '-o', 'json'])).stdout) as { agent: { agent: Record<string, unknown>; chain: { ok: boolean } }; pods: unknown[] };
+      expect(j.agent.agent).toMatchObject({ reachable: true, mode: 'ebpf', notReady: null, podSourceSynced: true, version });
+      expect(j.agent.chain.ok).toBe(true);
+      expect(j.pods).toEqual([]);
+      const y = await execa(process.execPath, [MESHCAP, ...args, '-o', 'yaml']);
+      expect(y.stdout).toMatch(/^agent:\n  socket: /);
+      const bad = await execa(process.execPath, [MESHCAP, ...args, '-o', 'xml'], { reject: false });
+      expect(bad.exitCode).toBe(2);
+    } finally {
+      await server.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

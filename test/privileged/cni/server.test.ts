@@ -70,10 +70,11 @@ describe('socket lifecycle', () => {
   it('every reply names the agent\'s version (a field the forwarder ignores); meshcap version asks with VERSION', async () => {
     const sock = path.join(dir, 'cni.sock');
     await start(sock);
-    const { version, commit } = meshcapVersion();
-    expect(JSON.parse(await exchange(sock, request())).agent).toEqual({ version, commit });
+    const { version, commit, dirty } = meshcapVersion();
+    const d = dirty ? { dirty } : {};
+    expect(JSON.parse(await exchange(sock, request())).agent).toEqual({ version, commit, ...d });
     const a = await queryAgentVersion(sock);
-    expect(a).toEqual({ reachable: true, version, commit, cniVersions: ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] });
+    expect(a).toEqual({ reachable: true, version, commit, ...d, cniVersions: ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] });
     expect(await queryAgentVersion(path.join(dir, 'none.sock'))).toEqual({ reachable: false, error: 'no socket there (is the agent running?)' });
   });
 
