@@ -19,8 +19,8 @@
  * full), read every connection to EOF and check each chunk is the one expected
  * at its position. Prints {"event":"ready"} once listening. A number N on
  * stdin (the app's count of connections made) means: finish once N
- * connections have been read to their end, or after 5 s without a new
- * connection or a finished one, or 60 s at most. An app's connect() can
+ * connections have been read to their end, or after 5 s (--quiet-ms) without
+ * a new connection or a finished one, or 60 s at most. An app's connect() can
  * return while its handshake is still stuck behind the full accept queue
  * (the listener dropped the final ACK: those complete late, on retransmits),
  * and some of those the listener never completes at all: with SYN cookies it
@@ -257,7 +257,7 @@ static void on_readable(struct conn *c)
 	}
 }
 
-static int sidecar_main(const char *listen_at, int backlog, unsigned accept_delay_us, unsigned stall_ms, unsigned stall_every)
+static int sidecar_main(const char *listen_at, int backlog, unsigned accept_delay_us, unsigned stall_ms, unsigned stall_every, unsigned quiet_ms)
 {
 	struct sockaddr_in a;
 	parse_addr(listen_at, &a);
@@ -303,7 +303,7 @@ static int sidecar_main(const char *listen_at, int backlog, unsigned accept_dela
 	while (!stop) {
 		unsigned long long done = ok + reordered + shortc + errors + longc;
 		double t = now_ms();
-		if (expect >= 0 && ((long long)done >= expect || t - last_activity > 5000 || t - expect_at > 60000))
+		if (expect >= 0 && ((long long)done >= expect || t - last_activity > quiet_ms || t - expect_at > 60000))
 			break;
 		int n = epoll_wait(ep, evs, 256, expect >= 0 ? 1000 : -1);
 		if (n < 0) {
@@ -385,14 +385,14 @@ static unsigned num(const char *s, unsigned max)
 int main(int argc, char **argv)
 {
 	const char *usage = "usage: mc-order-check app --connect IPv4:PORT [--threads N] [--conns N] [--chunks N]\n"
-			    "       mc-order-check sidecar --listen IPv4:PORT [--backlog N] [--chunks N] [--accept-delay-us N] [--stall-ms S --stall-every K]\n";
+			    "       mc-order-check sidecar --listen IPv4:PORT [--backlog N] [--chunks N] [--accept-delay-us N] [--stall-ms S --stall-every K] [--quiet-ms 5000]\n";
 	if (argc < 2) {
 		fputs(usage, stderr);
 		return 2;
 	}
 	const char *mode = argv[1], *addr = NULL;
 	int backlog = 8;
-	unsigned delay = 0, stall_ms = 0, stall_every = 0;
+	unsigned delay = 0, stall_ms = 0, stall_every = 0, quiet_ms = 5000;
 	for (int i = 2; i < argc; i++) {
 		const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!v) {
@@ -416,6 +416,8 @@ int main(int argc, char **argv)
 			stall_ms = num(v, 10000);
 		else if (!strcmp(o, "--stall-every"))
 			stall_every = num(v, 10000000);
+		else if (!strcmp(o, "--quiet-ms"))
+			quiet_ms = num(v, 60000);
 		else {
 			fputs(usage, stderr);
 			return 2;
@@ -430,7 +432,7 @@ int main(int argc, char **argv)
 		return app_main();
 	}
 	if (!strcmp(mode, "sidecar"))
-		return sidecar_main(addr, backlog, delay, stall_ms, stall_every);
+		return sidecar_main(addr, backlog, delay, stall_ms, stall_every, quiet_ms);
 	fputs(usage, stderr);
 	return 2;
 }
