@@ -1,8 +1,9 @@
 import { defineConfig } from 'vitest/config';
 
-// Two projects: pure unit tests run in parallel; privileged tests touch the
+// Three projects: pure unit tests run in parallel; privileged tests touch the
 // real kernel (netns, cgroups, BPF, iptables) and run one file at a time so
-// two files never race on the cgroup root's attach points.
+// two files never race on the cgroup root's attach points; k8s tests run a
+// real control plane (docs/kubernetes-e2e.md).
 export default defineConfig({
   test: {
     projects: [
@@ -25,6 +26,17 @@ export default defineConfig({
           fileParallelism: false,
           testTimeout: 120_000,
           hookTimeout: 120_000,
+        },
+      },
+      {
+        test: {
+          name: 'k8s',
+          // a private etcd + kube-apiserver (built by scripts/build-k8s.sh)
+          // per file, on 127.0.0.1: the pod watch against the real API server
+          include: ['test/k8s/**/*.test.ts'],
+          fileParallelism: false,
+          testTimeout: 180_000,
+          hookTimeout: 180_000,
         },
       },
     ],
