@@ -34,7 +34,7 @@ export interface AgentOptions {
   logger: Logger;
   /** HOST:PORT for /healthz, /readyz, /metrics; none when undefined. */
   metricsAddr?: string;
-  /** The app<->proxy sk_msg splice (eBPF mode; the loader turns it on unless false). */
+  /** The app<->proxy sk_msg splice (eBPF mode; experimental, off unless true: docs/datapath.md). */
   splice?: boolean;
   /** How long ADD waits for an unknown pod (default 5000 ms, below the forwarder's 10 s timeout). */
   podWaitMs?: number;
