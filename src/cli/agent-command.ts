@@ -12,6 +12,7 @@ import type { PodSource } from '../kube/pod-source.js';
 import type { ModeRequest } from '../loader/mode.js';
 import { modeOption, pinRootOption, SPLICE_WARNING } from './datapath-commands.js';
 import { UsageError } from './exit.js';
+import { examples } from './help.js';
 
 interface AgentFlags {
   standalone?: boolean;
@@ -46,6 +47,10 @@ export function registerAgentCommand(program: Command): void {
   program
     .command('agent')
     .description('run the node agent: serve the meshcap-cni plugin and set up each meshed pod\'s redirect')
+    .addHelpText('after', examples(
+      'meshcap agent --metrics-addr 0.0.0.0:9102',
+      'meshcap agent --standalone --pods /etc/meshcap/pods.yaml --mode iptables',
+    ))
     .option('--standalone', 'no API server: pods come from --pods FILE')
     .option('--pods <file>', 'Pod manifests (YAML or JSON), followed for changes (with --standalone)')
     .option('--kubeconfig <file>', 'kubeconfig for the pod watch (default: in-cluster, then $KUBECONFIG / ~/.kube/config)')

@@ -7,6 +7,7 @@ import { DEFAULT_STATE_DIR, readRecords, StateStore } from '../agent/state-store
 import { pinLayout } from '../loader/manifest.js';
 import { MAP } from '../maps/layout.js';
 import type { ModeRequest } from '../loader/mode.js';
+import { examples } from './help.js';
 // The loader, the addon, the reconcile and pino are imported in the actions:
 // `meshcap --help` loads none of them (test/unit/cli/startup-imports.test.ts).
 
@@ -74,6 +75,10 @@ export function registerDatapathCommands(program: Command): void {
   program
     .command('load')
     .description('load and attach the eBPF datapath (adopts what is already pinned)')
+    .addHelpText('after', examples(
+      'sudo meshcap load',
+      'sudo meshcap load --mode ebpf   # refuses, naming the missing hooks, where eBPF mode cannot run',
+    ))
     .addOption(pinRootOption())
     .addOption(modeOption())
     .addOption(stateDirOption())
@@ -98,6 +103,10 @@ export function registerDatapathCommands(program: Command): void {
   program
     .command('uninstall')
     .description('detach and remove every program, link, map and pin meshcap made')
+    .addHelpText('after', examples(
+      'sudo meshcap uninstall',
+      'sudo meshcap uninstall --force   # even while meshed pods are captured',
+    ))
     .addOption(pinRootOption())
     .addOption(stateDirOption())
     .option('--force', 'uninstall even though meshed pods are captured now (their traffic then bypasses the sidecar)')

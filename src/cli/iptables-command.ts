@@ -7,6 +7,7 @@ import { RenderRefusedError, RenderUsageError, renderForArgs } from '../fallback
 import { CaptureConfigError } from '../redirect/config.js';
 import { FlagParseError } from '../redirect/flags.js';
 import { CliFailure, UsageError } from './exit.js';
+import { examples } from './help.js';
 
 export interface RenderIo {
   write: (s: string) => void;
@@ -26,6 +27,11 @@ export function registerIptablesCommand(program: Command, io: RenderIo = { write
       'A pod istio-cni would skip (no sidecar, istio-init present, injection disabled, ...) is refused with the reason\n' +
       '(exit 1) unless --force. Exit codes: 0 rendered, 1 input not renderable, 2 usage.',
     )
+    .addHelpText('after', examples(
+      'meshcap iptables render -p 15001 -z 15006 -u 1337 -m REDIRECT -i \'*\' -b \'*\' -d 15090,15021',
+      'meshcap iptables render --pod pod.yaml --family 6',
+      'kubectl get pod web -o yaml | meshcap iptables render --pod -',
+    ))
     .argument('[args...]', 'istio-iptables flags (-p, -z, -u, ..., --redirect-dns, ...) and the options above')
     .allowUnknownOption()
     .allowExcessArguments()

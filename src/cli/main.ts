@@ -11,6 +11,7 @@ import { registerAgentCommand } from './agent-command.js';
 import { registerStatusCommand } from './status-command.js';
 import { registerSandboxCommand } from './sandbox-command.js';
 import { registerVersionCommand } from './version-command.js';
+import { registerCompletionCommand } from './completion.js';
 
 guardStdio();
 
@@ -25,6 +26,7 @@ registerAgentCommand(program);
 registerStatusCommand(program);
 registerSandboxCommand(program);
 registerVersionCommand(program);
+registerCompletionCommand(program);
 
 process.exitCode = await runCli(program, process.argv, {
   err: (s) => process.stderr.write(s),

@@ -5,6 +5,7 @@ import type { Command } from 'commander';
 import { REQUIRED_FEATURES } from '../loader/features.js';
 import type { ProbeReport } from '../loader/probe.js';
 import { requireRoot } from './preflight.js';
+import { examples } from './help.js';
 
 export function formatProbe(r: ProbeReport): string {
   const lines = [`kernel ${r.kernel}`, ''];
@@ -75,6 +76,10 @@ export function registerProbeCommand(program: Command): void {
   program
     .command('probe')
     .description('probe the kernel for the hooks eBPF mode needs and print the mode meshcap would choose')
+    .addHelpText('after', examples(
+      'sudo meshcap probe',
+      'sudo meshcap probe --json | jq .mode',
+    ))
     .option('--json', 'machine-readable output')
     .action(async (o: { json?: boolean }) => {
       requireRoot('probe', 'trial-loads BPF programs and attaches them to a probe cgroup and network namespace');

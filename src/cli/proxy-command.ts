@@ -1,11 +1,16 @@
 // `meshcap proxy`: the reference transparent proxy (src/proxy/) with its
 // ports and switches from the command line.
 import type { Command } from 'commander';
+import { examples } from './help.js';
 
 export function registerProxyCommand(program: Command): void {
   program
     .command('proxy')
     .description('run the reference transparent proxy (tests, sandbox, benchmarks); run it as the proxy uid')
+    .addHelpText('after', examples(
+      'setpriv --reuid=1337 --regid=1337 --clear-groups meshcap proxy',
+      'meshcap proxy --echo --quiet --dns 15053',
+    ))
     .option('--outbound <port>', 'outbound listener port', '15001')
     .option('--inbound <port>', 'inbound listener port', '15006')
     .option('--dns <port>', 'answer UDP datagrams on this port (DNS stand-in)')

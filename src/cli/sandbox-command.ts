@@ -4,6 +4,7 @@
 import { Option, type Command } from 'commander';
 import type { Mode } from '../loader/mode.js';
 import type { RuntimeChoice } from '../sandbox/sandbox.js';
+import { examples } from './help.js';
 // The sandbox is imported in the action: `meshcap --help` does not load it.
 
 interface SandboxFlags {
@@ -27,6 +28,10 @@ export function registerSandboxCommand(program: Command): void {
   program
     .command('sandbox')
     .description('run a small meshcap node on this machine (podman pods on a chained CNI network, the agent, sidecars, traffic) in eBPF and iptables mode, show what was captured, and remove it all')
+    .addHelpText('after', examples(
+      'sudo meshcap sandbox',
+      'sudo meshcap sandbox --runtime netns --modes iptables --json > report.json',
+    ))
     .addOption(new Option('--runtime <runtime>', 'what runs the pods: podman, plain network namespaces (netns), or podman when usable (auto)').choices(['auto', 'podman', 'netns']).default('auto'))
     .addOption(new Option('--modes <list>', 'datapath modes to run, in order').default('ebpf,iptables'))
     .addOption(new Option('--meshed <n>', 'meshed pods').default('3'))

@@ -6,6 +6,7 @@ import { DEFAULT_STATE_DIR } from '../agent/state-store.js';
 import { DEFAULT_CNI_CONF_DIR } from '../agent/node-health.js';
 import { pinRootOption } from './datapath-commands.js';
 import { checkDirOption } from './preflight.js';
+import { examples } from './help.js';
 import { DEFAULT_CNI_SOCKET } from './version-command.js';
 
 interface StatusFlags {
@@ -37,12 +38,7 @@ export function registerStatusCommand(program: Command): void {
       'Exit codes: 0 every pod matches its record; 1 a pod is missing, differs or has no record, a record is unreadable,',
       'or the pods could not be read (not root); 2 usage. An unreachable agent is shown, not an exit code: the datapath',
       'keeps working without it.',
-      '',
-      'Examples:',
-      '  sudo meshcap status',
-      '  sudo meshcap status -n shop -o wide',
-      '  sudo meshcap status shop/web -o json',
-    ].join('\n'))
+    ].join('\n') + examples('sudo meshcap status', 'sudo meshcap status -n shop -o wide', 'sudo meshcap status shop/web -o json'))
     .action(async (podArg: string | undefined, o: StatusFlags) => {
       checkDirOption('--state-dir', o.stateDir);
       const format = o.output ?? (o.json ? 'json' : 'table');

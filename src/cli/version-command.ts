@@ -3,6 +3,7 @@
 // socket), so a mismatch during an upgrade shows.
 import { Option, type Command } from 'commander';
 import { formatVersion, meshcapVersion } from '../version.js';
+import { examples } from './help.js';
 
 export const DEFAULT_CNI_SOCKET = '/var/run/meshcap/cni.sock';
 
@@ -13,7 +14,7 @@ export function registerVersionCommand(program: Command): void {
     .option('--json', 'machine-readable output')
     .addOption(new Option('--socket <path>', 'the agent\'s CNI socket').default(DEFAULT_CNI_SOCKET))
     .option('--client', 'this binary only: do not ask the agent')
-    .addHelpText('after', '\nExamples:\n  meshcap version\n  meshcap version --json --client')
+    .addHelpText('after', examples('meshcap version', 'meshcap version --json --client'))
     .action(async (o: { json?: boolean; socket: string; client?: boolean }) => {
       const self = meshcapVersion();
       let libbpf: string;
