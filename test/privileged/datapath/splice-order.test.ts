@@ -16,7 +16,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadDatapath, setSplice, spliceOn, uninstallDatapath } from '../../../src/loader/datapath.js';
-import { EbpfPods } from '../../../src/maps/ebpf-pods.js';
+import { EbpfBackend } from '../../../src/pod-datapath/ebpf.js';
 import { projectRoot } from '../../../src/paths.js';
 import { Lab, scaled, testPinRoot } from '../../helpers/lab.js';
 import { istioCapture } from '../../helpers/pods.js';
@@ -39,7 +39,7 @@ interface SidecarResult { connections: number; ok: number; reordered: number; sh
 describeEbpf('byte order of app connections through the eBPF datapath (issue 20)', () => {
   const lab = new Lab();
   let pinRoot = '';
-  let pods: EbpfPods | undefined;
+  let pods: EbpfBackend | undefined;
   let pod: { name: string; path: string };
 
   beforeAll(async () => {
@@ -47,11 +47,11 @@ describeEbpf('byte order of app connections through the eBPF datapath (issue 20)
     pinRoot = testPinRoot();
     // No splice option: what `meshcap load` / `meshcap agent` do by default.
     await loadDatapath({ pinRoot });
-    pods = new EbpfPods(pinRoot);
+    pods = new EbpfBackend(pinRoot);
     pod = await lab.netns('order');
     const srv = await lab.netns('ordsrv');
     await lab.link(pod.name, srv.name, { a4: ['198.18.20.1/24'], b4: ['198.18.20.2/24'] });
-    await pods.register(pod.path, istioCapture({ ips: ['198.18.20.1'], ipv6: false }), ['198.18.20.1']);
+    await pods.register({ netns: pod.path, config: istioCapture({ ips: ['198.18.20.1'], ipv6: false }), podIPs: ['198.18.20.1'] });
   }, scaled(120_000));
 
   afterAll(async () => {
