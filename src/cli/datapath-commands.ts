@@ -8,6 +8,7 @@ import { pinLayout } from '../loader/manifest.js';
 import { MAP } from '../maps/layout.js';
 import type { ModeRequest } from '../loader/mode.js';
 import { examples } from './help.js';
+import { checkDirOption } from './preflight.js';
 // The loader, the addon, the reconcile and pino are imported in the actions:
 // `meshcap --help` loads none of them (test/unit/cli/startup-imports.test.ts).
 
@@ -84,6 +85,7 @@ export function registerDatapathCommands(program: Command): void {
     .addOption(stateDirOption())
     .option('--splice', `splice app<->proxy sockets with sk_msg (off by default; ${SPLICE_WARNING})`)
     .action(async (o: { pinRoot: string; mode: ModeRequest; splice?: boolean; stateDir: string }) => {
+      checkDirOption('--state-dir', o.stateDir);
       const [{ probeKernel }, { loadDatapath }] = await Promise.all([import('../loader/probe.js'), import('../loader/datapath.js')]);
       const probe = await probeKernel(o.mode);
       if (probe.mode !== 'ebpf') {
@@ -111,6 +113,7 @@ export function registerDatapathCommands(program: Command): void {
     .addOption(stateDirOption())
     .option('--force', 'uninstall even though meshed pods are captured now (their traffic then bypasses the sidecar)')
     .action(async (o: { pinRoot: string; stateDir: string; force?: boolean }) => {
+      checkDirOption('--state-dir', o.stateDir);
       const live = await capturedPods(o.pinRoot, o.stateDir);
       if (live.length > 0 && !o.force) {
         console.error(

@@ -3,6 +3,7 @@
 import { LineCounter, parseAllDocuments, isNode, type Document } from 'yaml';
 import type { V1Pod } from '@kubernetes/client-node';
 import { isObject } from '../mesh/vocabulary.js';
+import { podShapeProblem } from './pod-shape.js';
 
 export class ManifestError extends Error {
   constructor(
@@ -67,6 +68,11 @@ export function parsePodManifests(text: string, file: string): ParsedManifests {
     if (metadata.namespace !== undefined && (typeof metadata.namespace !== 'string' || metadata.namespace === '')) {
       throw new ManifestError(file, line, undefined, `Pod ${metadata.name}: metadata.namespace must be a non-empty string`);
     }
+    // The API server would refuse a pod whose fields have the wrong type (an
+    // unquoted number as an annotation value, `containers: 5`); without this
+    // the first ADD for it fails with JavaScript internals.
+    const problem = podShapeProblem(obj);
+    if (problem) throw new ManifestError(file, line, undefined, `Pod ${metadata.name}: ${problem}`);
     const pod = obj as V1Pod;
     if (metadata.namespace === undefined) pod.metadata = { ...pod.metadata, namespace: 'default' };
     result.pods.push(pod);

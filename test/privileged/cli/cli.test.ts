@@ -113,14 +113,16 @@ describe('meshcap as a process', () => {
     }
   });
 
-  it('status with a file as --state-dir says so (exit 2)', async () => {
+  it('status, load and uninstall with a file as --state-dir say so (exit 2)', async () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'meshcap-cli-'));
     try {
       writeFileSync(path.join(dir, 'f'), '');
-      const r = await execa(process.execPath, [MESHCAP, 'status', '--state-dir', path.join(dir, 'f')], { reject: false });
-      expect(r.exitCode).toBe(2);
-      expect(r.stderr).toMatch(/--state-dir .*\/f is not a directory \(it is a file\)/);
-      expect(r.stderr).not.toMatch(/ENOTDIR/);
+      for (const cmd of [['status'], ['load', '--mode', 'iptables'], ['uninstall', '--pin-root', path.join(dir, 'pins')]]) {
+        const r = await execa(process.execPath, [MESHCAP, ...cmd, '--state-dir', path.join(dir, 'f')], { reject: false });
+        expect(r.exitCode, cmd[0]).toBe(2);
+        expect(r.stderr, cmd[0]).toMatch(/--state-dir .*\/f is not a directory \(it is a file\)/);
+        expect(r.stderr, cmd[0]).not.toMatch(/ENOTDIR/);
+      }
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -55,6 +55,13 @@ describe('parsePodManifests', () => {
     expect(fails('- just\n- a list\n').detail).toMatch(/expected a Kubernetes object/);
   });
 
+  it('rejects a pod whose fields have the wrong type, naming the pod, the field and the line', () => {
+    const e = fails('kind: Pod\nmetadata:\n  name: a\n---\nkind: Pod\nmetadata:\n  name: web\n  annotations:\n    traffic.sidecar.istio.io/excludeOutboundPorts: 5555\nspec:\n  containers: [{name: app}]\n');
+    expect(e.line).toBe(5);
+    expect(e.message).toMatch(/Pod web: metadata\.annotations\["traffic\.sidecar\.istio\.io\/excludeOutboundPorts"\] must be a string, got the number 5555/);
+    expect(fails('kind: Pod\nmetadata: {name: web}\nspec:\n  containers: [null]\n').message).toMatch(/spec\.containers\[0\] must be a mapping/);
+  });
+
   it('accepts an empty file as no pods', () => {
     expect(parsePodManifests('', 'f').pods).toEqual([]);
     expect(parsePodManifests('# nothing yet\n', 'f').pods).toEqual([]);
