@@ -36,8 +36,9 @@ if ! command -v go >/dev/null; then
 fi
 
 export GOMODCACHE=$root/gomodcache GOCACHE=$root/gocache
-export GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off
-export GONOSUMDB= GOPRIVATE=
+# -buildvcs=false: the wrapper modules sit inside this repository's work
+# tree, whose git state says nothing about the binaries
+export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off
 mkdir -p "$bin" "$root/src/kubernetes" "$root/src/etcd"
 start=$(date +%s)
 echo "build-k8s: building kube-apiserver $KUBERNETES_VERSION, etcd + etcdctl $ETCD_VERSION from Go modules (first time: see docs/kubernetes-e2e.md for how long)"
