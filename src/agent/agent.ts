@@ -34,6 +34,8 @@ export interface AgentOptions {
   logger: Logger;
   /** HOST:PORT for /healthz, /readyz, /metrics; none when undefined. */
   metricsAddr?: string;
+  /** Per-pod connection counters on /metrics (namespace/pod labels; cardinality). */
+  metricsPerPod?: boolean;
   /** The app<->proxy sk_msg splice (eBPF mode; experimental, off unless true: docs/datapath.md). */
   splice?: boolean;
   /** How long ADD waits for an unknown pod (default 5000 ms, below the forwarder's 10 s timeout). */
@@ -113,7 +115,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
     }
     datapathLoaded = true;
 
-    const metrics = createMetrics(store, () => datapath?.ebpf ?? ebpf);
+    const metrics = createMetrics(store, () => datapath?.ebpf ?? ebpf, { perPod: o.metricsPerPod === true });
     if (o.metricsAddr) http = await startHttpEndpoint(o.metricsAddr, metrics.registry, notReady);
 
     await o.podSource.start();

@@ -18,7 +18,18 @@ export interface AgentMetrics {
   instrument<H extends CniHandlers>(h: H): H;
 }
 
-export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | null): AgentMetrics {
+export interface MetricsOptions {
+  /**
+   * Also export meshcap_pod_redirected_connections_total with namespace and
+   * pod labels (one series per pod and direction: off by default, as a node
+   * with thousands of pods would give Prometheus thousands of series).
+   */
+  perPod?: boolean;
+}
+
+const DIRECTIONS = ['outbound', 'inbound', 'own_pod', 'dns'] as const;
+
+export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | null, opts: MetricsOptions = {}): AgentMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'meshcap_agent_' });
 
@@ -47,7 +58,39 @@ export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | nu
       for (const r of store.list()) this.inc({ mode: r.mode });
     },
   });
+  // The node's total: the sum of every pod's mc_stats counters, kept monotonic
+  // across pods that go away (their last count stays in the total) and
+  // counters that restart (a pod re-registered with fresh stats).
+  const lastSeen = new Map<string, Record<(typeof DIRECTIONS)[number], number>>();
+  const nodeTotal: Record<(typeof DIRECTIONS)[number], number> = { outbound: 0, inbound: 0, own_pod: 0, dns: 0 };
   new Counter({
+    name: 'meshcap_redirected_connections_total',
+    help: 'Connections the eBPF datapath redirected on this node, by direction (the sum over its pods, read from the pinned mc_stats map)',
+    labelNames: ['direction'] as const,
+    registers: [registry],
+    collect() {
+      const ebpf = ebpfNow();
+      const seen = new Set<string>();
+      if (ebpf) {
+        for (const r of store.list()) {
+          const cookie = cookieOf(r);
+          if (r.mode !== 'ebpf' || cookie === null) continue;
+          const s = ebpf.stats(cookie);
+          if (!s) continue;
+          const key = String(cookie);
+          seen.add(key);
+          const now = { outbound: Number(s.outbound), inbound: Number(s.inbound), own_pod: Number(s.own_pod), dns: Number(s.dns) };
+          const before = lastSeen.get(key);
+          for (const d of DIRECTIONS) nodeTotal[d] += before && now[d] >= before[d] ? now[d] - before[d] : now[d];
+          lastSeen.set(key, now);
+        }
+      }
+      for (const k of [...lastSeen.keys()]) if (!seen.has(k)) lastSeen.delete(k);
+      this.reset();
+      for (const d of DIRECTIONS) this.inc({ direction: d }, nodeTotal[d]);
+    },
+  });
+  if (opts.perPod) new Counter({
     name: 'meshcap_pod_redirected_connections_total',
     help: 'Connections the eBPF datapath redirected for a pod, by direction (read from the pinned mc_stats map)',
     labelNames: ['namespace', 'pod', 'direction'] as const,

@@ -23,6 +23,7 @@ interface AgentFlags {
   pinRoot: string;
   mode: ModeRequest;
   metricsAddr?: string;
+  metricsPerPod?: boolean;
   stateDir: string;
   excludeNamespaces: string;
   podWaitMs: string;
@@ -59,6 +60,7 @@ export function registerAgentCommand(program: Command): void {
     .addOption(pinRootOption())
     .addOption(modeOption())
     .option('--metrics-addr <host:port>', 'serve /healthz, /readyz and /metrics here')
+    .option('--metrics-per-pod', 'also export connection counters per pod (namespace and pod labels: one series per pod and direction)')
     .addOption(new Option('--state-dir <dir>', 'where attachment records live').default(DEFAULT_STATE_DIR))
     .addOption(new Option('--exclude-namespaces <a,b>', 'namespaces never redirected').default(DEFAULT_EXCLUDE_NAMESPACES.join(',')))
     .addOption(new Option('--pod-wait-ms <ms>', 'how long ADD waits for a pod the source does not know yet').default('5000'))
@@ -84,6 +86,7 @@ export function registerAgentCommand(program: Command): void {
         excludeNamespaces: o.excludeNamespaces.split(',').map((s) => s.trim()).filter(Boolean),
         logger,
         ...(o.metricsAddr ? { metricsAddr: o.metricsAddr } : {}),
+        metricsPerPod: o.metricsPerPod === true,
         podWaitMs,
         selfCheckMs: Math.round(selfCheckS * 1000),
         splice: o.splice === true,

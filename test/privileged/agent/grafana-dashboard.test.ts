@@ -15,7 +15,7 @@ describe('the Grafana dashboard against a running agent', () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'meshcap-dash-'));
     writeFileSync(path.join(dir, 'pods.yaml'), '');
     const agent = execa(process.execPath, [path.join(root, 'bin/meshcap'), 'agent', '--standalone', '--pods', path.join(dir, 'pods.yaml'),
-      '--mode', 'iptables', '--socket', path.join(dir, 'cni.sock'), '--state-dir', path.join(dir, 'state'), '--metrics-addr', '127.0.0.1:0'], { reject: false });
+      '--mode', 'iptables', '--socket', path.join(dir, 'cni.sock'), '--state-dir', path.join(dir, 'state'), '--metrics-addr', '127.0.0.1:0', '--metrics-per-pod'], { reject: false });
     try {
       const addr = await new Promise<string>((resolve, reject) => {
         let buf = '';

@@ -18,7 +18,7 @@ const exprs = [...dashboard.panels.flatMap((p) => p.targets.map((t) => t.expr)),
 
 describe('the Grafana dashboard', () => {
   it('queries only metrics the agent exports', async () => {
-    const known = families(await createMetrics({ list: () => [] } as unknown as StateStore, () => null).registry.metrics());
+    const known = families(await createMetrics({ list: () => [] } as unknown as StateStore, () => null, { perPod: true }).registry.metrics());
     const queried = queriedFamilies(exprs, known);
     expect(queried.length).toBeGreaterThanOrEqual(9);
     expect(queried.filter((n) => !known.has(n))).toEqual([]);
@@ -26,7 +26,7 @@ describe('the Grafana dashboard', () => {
 
   it('covers CNI rate, errors and latency, pods by mode, captured connections, repairs, reloads', () => {
     const all = exprs.join('\n');
-    for (const m of ['meshcap_cni_requests_total', 'meshcap_cni_request_duration_seconds_bucket', 'meshcap_pods{', 'meshcap_pod_redirected_connections_total', 'meshcap_reconcile_pods_total', 'meshcap_datapath_reloads_total', 'meshcap_pods_unrestored']) {
+    for (const m of ['meshcap_cni_requests_total', 'meshcap_cni_request_duration_seconds_bucket', 'meshcap_pods{', 'meshcap_redirected_connections_total', 'meshcap_pod_redirected_connections_total', 'meshcap_reconcile_pods_total', 'meshcap_datapath_reloads_total', 'meshcap_pods_unrestored']) {
       expect(all, m).toContain(m);
     }
   });
@@ -42,7 +42,7 @@ describe('the Grafana dashboard', () => {
   });
 
   it('meshcap\'s metric names follow Prometheus conventions', async () => {
-    const known = families(await createMetrics({ list: () => [] } as unknown as StateStore, () => null).registry.metrics());
+    const known = families(await createMetrics({ list: () => [] } as unknown as StateStore, () => null, { perPod: true }).registry.metrics());
     const own = [...known].filter(([n]) => n.startsWith('meshcap_') && !n.startsWith('meshcap_agent_'));
     expect(own.length).toBeGreaterThanOrEqual(7);
     for (const [name, type] of own) {
@@ -51,5 +51,29 @@ describe('the Grafana dashboard', () => {
       else expect(name, `${name}: only counters end in _total`).not.toMatch(/_total$/);
       if (/duration|latency|time/.test(name)) expect(name, `${name}: time in seconds`).toMatch(/_seconds(_total)?$/);
     }
+  });
+
+  it('per-pod series only with perPod; the node total stays monotonic when a pod goes away or its counters restart', async () => {
+    const records = [
+      { mode: 'ebpf', netnsCookie: '11', podNamespace: 'a', podName: 'p1' },
+      { mode: 'ebpf', netnsCookie: '12', podNamespace: 'a', podName: 'p2' },
+    ];
+    let stats: Record<string, { outbound: bigint; inbound: bigint; own_pod: bigint; dns: bigint }> = {
+      11: { outbound: 5n, inbound: 1n, own_pod: 0n, dns: 0n },
+      12: { outbound: 3n, inbound: 0n, own_pod: 0n, dns: 0n },
+    };
+    const store = { list: () => records } as unknown as StateStore;
+    const ebpf = { stats: (c: bigint) => stats[String(c)] ?? null } as never;
+    const outbound = async (m: ReturnType<typeof createMetrics>) => Number(/meshcap_redirected_connections_total\{direction="outbound"\} (\d+)/.exec(await m.registry.metrics())?.[1]);
+    const m = createMetrics(store, () => ebpf);
+    expect(await m.registry.metrics()).not.toContain('meshcap_pod_redirected_connections_total');
+    expect(await outbound(m)).toBe(8);
+    records.pop(); // p2 deleted: its 3 stay counted
+    stats = { 11: { outbound: 7n, inbound: 1n, own_pod: 0n, dns: 0n } };
+    expect(await outbound(m)).toBe(10);
+    stats = { 11: { outbound: 1n, inbound: 1n, own_pod: 0n, dns: 0n } }; // p1 re-registered with fresh stats
+    expect(await outbound(m)).toBe(11);
+    const perPod = createMetrics(store, () => ebpf, { perPod: true });
+    expect(await perPod.registry.metrics()).toContain('meshcap_pod_redirected_connections_total{namespace="a",pod="p1",direction="outbound"} 1');
   });
 });
