@@ -12,6 +12,7 @@ import { registerStatusCommand } from './status-command.js';
 import { registerSandboxCommand } from './sandbox-command.js';
 import { registerVersionCommand } from './version-command.js';
 import { registerCompletionCommand } from './completion.js';
+import { registerExplainCommand } from './explain-command.js';
 
 guardStdio();
 
@@ -26,6 +27,7 @@ registerAgentCommand(program);
 registerStatusCommand(program);
 registerSandboxCommand(program);
 registerVersionCommand(program);
+registerExplainCommand(program);
 registerCompletionCommand(program);
 
 process.exitCode = await runCli(program, process.argv, {
