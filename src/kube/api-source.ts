@@ -5,8 +5,10 @@
 // than its ListWatch/makeInformer, because ListWatch cannot ask for bookmarks,
 // stops for good on any non-410 error, and has no backoff: a node agent must
 // ride out API server restarts on its own.
-import { existsSync } from 'node:fs';
-import { CoreV1Api, KubeConfig, Watch, type V1Pod } from '@kubernetes/client-node';
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, isAbsolute, resolve } from 'node:path';
+import { CoreV1Api, KubeConfig, Watch, type User, type V1Pod } from '@kubernetes/client-node';
+import { parse as parseYaml } from 'yaml';
 import { pino, type Logger } from 'pino';
 import { CachedPodSource } from './pod-cache.js';
 import type { PodChangeListener, PodSource } from './pod-source.js';
@@ -44,6 +46,7 @@ export function loadKubeConfig(path?: string): KubeConfig {
   const kc = new KubeConfig();
   if (path) {
     kc.loadFromFile(path);
+    followTokenFiles(kc, path);
   } else if (process.env.KUBERNETES_SERVICE_HOST && existsSync(SERVICE_ACCOUNT_TOKEN)) {
     kc.loadFromCluster();
   } else {
@@ -56,6 +59,31 @@ export function loadKubeConfig(path?: string): KubeConfig {
   }
   if (!kc.getCurrentCluster()) throw new Error(`kubeconfig ${path ?? '(default)'} has no current cluster`);
   return kc;
+}
+
+/**
+ * A kubeconfig user with `tokenFile` (client-go's key; client-node knows only
+ * `token-file`, and reads that once, at load) gets the token-file
+ * authenticator the in-cluster config uses, which re-reads the file every
+ * 60 s: a projected token that kubelet or an operator rotates keeps working
+ * after the first one expires.
+ */
+function followTokenFiles(kc: KubeConfig, path: string): void {
+  let raw: { users?: { name?: string; user?: Record<string, unknown> }[] };
+  try {
+    raw = parseYaml(readFileSync(path, 'utf8')) as typeof raw;
+  } catch {
+    return; // loadFromFile accepted it; nothing more to learn here
+  }
+  for (const entry of raw?.users ?? []) {
+    const file = entry.user?.tokenFile ?? entry.user?.['token-file'];
+    if (typeof file !== 'string' || !file || !entry.name) continue;
+    const i = kc.users.findIndex((u) => u.name === entry.name);
+    if (i < 0 || kc.users[i]!.authProvider || kc.users[i]!.exec) continue;
+    const tokenFile = isAbsolute(file) ? file : resolve(dirname(path), file);
+    const { token: _staticToken, ...rest } = kc.users[i]!;
+    kc.users[i] = { ...rest, authProvider: { name: 'tokenFile', config: { tokenFile } } } as User;
+  }
 }
 
 class GoneError extends Error {

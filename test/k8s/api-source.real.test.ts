@@ -18,7 +18,7 @@ import {
   CoreV1Api, KubeConfig, RbacAuthorizationV1Api, type V1Pod, type CoreV1Event,
 } from '@kubernetes/client-node';
 import { pino } from 'pino';
-import { ApiSource } from '../../src/kube/api-source.js';
+import { ApiSource, loadKubeConfig } from '../../src/kube/api-source.js';
 import type { PodEventType } from '../../src/kube/pod-source.js';
 import { ControlPlane, TcpRelay, controlPlaneBuilt } from '../helpers/k8s-control-plane.js';
 
@@ -74,6 +74,7 @@ describe('ApiSource against a real kube-apiserver', () => {
   let core: CoreV1Api;
   let rbac: RbacAuthorizationV1Api;
   let src: ApiSource;
+  let src2: ApiSource | undefined;
   let agentKc: KubeConfig;
   let saDir: string;
   const logs: { level: number; msg: string; err?: string; [k: string]: unknown }[] = [];
@@ -184,6 +185,7 @@ describe('ApiSource against a real kube-apiserver', () => {
 
   afterAll(async () => {
     await src?.stop();
+    await src2?.stop();
     await relay?.stop();
     await cp?.stop();
     if (timings.length) console.log(`k8s api-source timings:\n  ${timings.join('\n  ')}`);
@@ -348,6 +350,24 @@ describe('ApiSource against a real kube-apiserver', () => {
 
   it('(d) token rotation: the file is replaced before expiry, the old token revoked, the watch continues; a revoked current token is a clear 401, state kept', async () => {
     const t0 = Date.now();
+    // beside the in-cluster source, one started the `meshcap agent
+    // --kubeconfig FILE` way, whose user has a token file (the same file)
+    const kubeconfigFile = path.join(cp.dir, 'agent.kubeconfig');
+    writeFileSync(kubeconfigFile, [
+      'apiVersion: v1', 'kind: Config', 'current-context: agent',
+      'clusters:', `- name: test`, `  cluster: {server: "https://127.0.0.1:${relay.port}", certificate-authority: "${path.join(saDir, 'ca.crt')}"}`,
+      'users:', `- name: agent`, `  user: {tokenFile: "${path.join(saDir, 'token')}"}`,
+      'contexts:', '- name: agent', '  context: {cluster: test, user: agent}', '',
+    ].join('\n'));
+    const logs2: string[] = [];
+    src2 = new ApiSource({
+      kubeConfig: loadKubeConfig(kubeconfigFile), nodeName: NODE, minBackoffMs: 100, maxBackoffMs: 1000, watchTimeoutSeconds: WATCH_TIMEOUT_S,
+      logger: pino({ level: 'debug' }, { write(line: string) { const l = JSON.parse(line) as { msg: string; err?: string }; logs2.push(`${l.msg}${l.err ? `: ${l.err}` : ''}`); } }),
+    });
+    await src2.start();
+    const names2 = () => src2!.list().map((p) => p.metadata!.name!).sort();
+    expect(names2()).toEqual(names());
+
     writeToken(await issueToken('meshcap-token-2'));
     // the authenticator re-reads the file after TOKEN_REREAD_MS; meanwhile
     // the source keeps working on the old token
@@ -364,6 +384,10 @@ describe('ApiSource against a real kube-apiserver', () => {
     await until(() => names().includes('web-8'), 'web-8 with the rotated token');
     const quietAfterRevoke1 = Date.now() - revoked1;
     expect(logsSince(mark).filter((l) => /401|rejected/.test(logText(l))).map(logText)).toEqual([]);
+    // the kubeconfig source re-read its token file too
+    await until(() => names2().includes('web-8'), 'web-8 in the kubeconfig source');
+    expect(logs2.filter((l) => /401|rejected/.test(l))).toEqual([]);
+    const mark2b = logs2.length;
 
     // negative control: revoking the token in the file does stop the source,
     // and sooner than the quiet period above (so that period proves the old
@@ -379,6 +403,8 @@ describe('ApiSource against a real kube-apiserver', () => {
     // no fail-open: synced, the last state kept
     expect(src.synced()).toBe(true);
     expect(names()).toEqual(['web-4', 'web-5', 'web-6', 'web-7', 'web-8']);
+    await until(() => logs2.slice(mark2b).some((l) => /401/.test(l)), 'a 401 in the kubeconfig source too', 60_000);
+    expect(names2()).toEqual(names());
     timings.push(`(d) token rotation ${Date.now() - t0} ms (includes the ${TOKEN_REREAD_MS / 1000} s token-file re-read interval); ` +
       `old token revoked: no 401 in ${quietAfterRevoke1} ms; current token revoked: "${line}" after ${rejectedAfter} ms`);
   }, 180_000);
