@@ -20,18 +20,26 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import pino from 'pino';
 import { fetchKernel } from './lib/fetch-kernel.mjs';
 import { buildInitramfs } from './lib/initramfs.mjs';
 import { ConsoleReader, renderRunScript } from './lib/job.mjs';
 import { selectKernels } from './lib/matrix.mjs';
 import { bootVm, kvmWorks } from './lib/qemu.mjs';
+import { createProgress } from './lib/progress.mjs';
 import { clip, failedTests, failureLines, parseProbeMode, parseVitestSummary, verifierLines } from './lib/report.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '..', '..');
 const cacheRoot = path.join(repo, 'build', 'kernels');
-const log = pino({ name: 'test:kernels', base: undefined }, pino.destination(2));
+// Readable progress on stderr (lib/progress.mjs): a live status line on a
+// TTY, plain timestamped lines otherwise; the summary goes to stdout.
+let progress = createProgress({ write: (s) => process.stderr.write(s), tty: process.stderr.isTTY === true, kernels: 1 });
+const log = {
+  /** @param {Record<string, unknown>} d @param {string} msg */
+  info: (d, msg) => progress.log(msg, d),
+  /** @param {Record<string, unknown>} d @param {string} msg */
+  warn: (d, msg) => progress.log(`warning: ${msg}`, d),
+};
 
 // Modules loaded in the guest before the job; the kernel autoloads the rest.
 // No legacy iptable_* modules: their tables make iptables-nft print warnings.
@@ -190,6 +198,7 @@ function judgeVitest(s, label, problems, details) {
  */
 async function runKernel(spec, accel) {
   const t0 = Date.now();
+  progress.kernelStart(spec.id);
   const kernel = await fetchKernel(spec, { cacheRoot, refresh: opt.refresh, log: (msg, d) => log.info(d, msg) });
   const nonce = randomBytes(6).toString('hex');
   const steps = stepsFor(spec, kernel);
@@ -212,7 +221,12 @@ async function runKernel(spec, accel) {
       vmlinuz: kernel.vmlinuz, initrd, accel, timeoutSec: vmTimeoutSec,
       onLine: (l) => {
         writeSync(transcript, l + '\n');
+        const before = reader.current;
         reader.push(l);
+        if (reader.current !== before) {
+          if (before) progress.stepEnd(before.r.name, before.r.rc, before.r.seconds);
+          if (reader.current) progress.stepBegin(reader.current.r.name);
+        }
         if (opt.verbose) process.stderr.write(`[${spec.id}] ${l}\n`);
       },
     });
@@ -330,6 +344,13 @@ async function main() {
   const accel = await chooseAccel(specs[0]);
   // TCG runs the suite's work ~10x slower than this host (docs/kernels.md); KVM ~1.5x.
   timeScale = opt['time-scale'] !== undefined ? Number(opt['time-scale']) : accel === 'tcg' ? TCG_TIME_SCALE : 2;
+  progress = createProgress({
+    write: (s) => process.stderr.write(s), tty: process.stderr.isTTY === true, kernels: specs.length,
+    // docs/kernels.md: about 17 min per kernel under TCG; KVM: learnt from the first kernel
+    ...(accel === 'tcg' && !opt.smoke ? { typicalKernelSeconds: 17 * 60 } : {}),
+  });
+  const ticker = setInterval(() => progress.tick(), 1000);
+  ticker.unref();
   const results = [];
   for (const spec of specs) {
     let r;
@@ -339,8 +360,11 @@ async function main() {
       r = { spec, ok: false, problems: [`setup: ${/** @type {Error} */ (e).message}`], details: [], seconds: 0 };
     }
     results.push(r);
+    progress.kernelEnd(r.ok);
     printLine(r, accel);
   }
+  clearInterval(ticker);
+  progress.stop();
   const failed = results.filter((r) => !r.ok).length;
   console.log(`kernels: ${results.length - failed} passed, ${failed} failed`);
   process.exitCode = failed ? 1 : 0;
