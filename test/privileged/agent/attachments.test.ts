@@ -2,60 +2,40 @@
 // attachments of one pod netns (Multus: eth0 and net1 each run the chain)
 // share one capture, which stays until the last of them is deleted; and the
 // host's own network namespace is never registered as a pod.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { pino } from 'pino';
-import { stringify } from 'yaml';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { startAgent, type Agent } from '../../../src/agent/agent.js';
 import { CniError } from '../../../src/cni/errors.js';
-import type { CniRequest } from '../../../src/cni/types.js';
-import { FileSource } from '../../../src/kube/file-source.js';
-import { uninstallDatapath } from '../../../src/loader/datapath.js';
 import { netnsCookie } from '../../../src/pod-netns.js';
+import { AgentFixture, cniRequest } from '../../helpers/agent-fixture.js';
 import { describeModes } from '../../helpers/datapaths.js';
-import { Lab, scaled, testPinRoot, type NsAgent } from '../../helpers/lab.js';
+import { Lab, scaled, type NsAgent } from '../../helpers/lab.js';
 import { istioPod } from '../../helpers/pods.js';
 
 describeModes('attachments of one netns, and the host netns, %s mode', (mode) => {
   const lab = new Lab();
-  const pinRoot = testPinRoot();
-  let tmp: string;
-  let agent: Agent;
+  let fx: AgentFixture;
   let app: NsAgent;
   let proxy: Awaited<ReturnType<Lab['proxy']>>;
   let pod: { name: string; path: string };
 
   beforeAll(async () => {
-    tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-attach-'));
-    const podsFile = path.join(tmp, 'pods.yaml');
-    writeFileSync(podsFile, stringify(istioPod({ name: 'multi' })));
+    fx = new AgentFixture(mode, [istioPod({ name: 'multi' })]);
     pod = await lab.netns('att');
     const srv = await lab.netns('attsrv');
     await lab.link(pod.name, srv.name, { a4: ['198.18.41.1/24'], b4: ['198.18.41.2/24'] });
     const server = await lab.agent(srv.name);
     await server.listen('198.18.41.2', 80);
     app = await lab.agent(pod.name);
-    const logger = pino({ level: 'silent' });
-    agent = await startAgent({
-      socketPath: path.join(tmp, 'cni.sock'), pinRoot, mode, stateDir: path.join(tmp, 'state'),
-      podSource: new FileSource({ path: podsFile, logger }), excludeNamespaces: [], logger, podWaitMs: 2000, selfCheckMs: 0,
-    });
+    await fx.start();
     proxy = await lab.proxy(pod.name);
   }, scaled(120_000));
 
   afterAll(async () => {
-    await agent?.close();
+    await fx?.close();
     await lab.cleanup();
-    uninstallDatapath(pinRoot);
-    if (tmp) rmSync(tmp, { recursive: true, force: true });
   });
 
-  const req = (command: 'ADD' | 'DEL' | 'CHECK', ifname: string, netns = pod.path): CniRequest => ({
-    command, containerId: 'c-multi', netns, ifname, args: {}, podNamespace: 'default', podName: 'multi', cniVersion: '1.1.0',
-    config: { cniVersion: '1.1.0', name: 'att', type: 'meshcap-cni', prevResult: { cniVersion: '1.1.0', ips: [{ address: '198.18.41.1/24' }] } },
-  });
+  const req = (command: 'ADD' | 'DEL' | 'CHECK', ifname: string, netns = pod.path) =>
+    cniRequest(command, { containerId: 'c-multi', netns, ifname, pod: 'multi', ips: ['198.18.41.1/24'] });
 
   async function viaProxy(tag: string): Promise<boolean> {
     const before = proxy.accepts().length;
@@ -65,14 +45,14 @@ describeModes('attachments of one netns, and the host netns, %s mode', (mode) =>
   }
 
   it('DEL of one of two attachments of a netns leaves the pod captured; DEL of the last removes it', async () => {
-    await agent.handlers.add(req('ADD', 'eth0'));
-    await agent.handlers.add(req('ADD', 'net1'));
+    await fx.agent.handlers.add(req('ADD', 'eth0'));
+    await fx.agent.handlers.add(req('ADD', 'net1'));
     expect(await viaProxy('both')).toBe(true);
-    await agent.handlers.del(req('DEL', 'net1'));
-    expect(agent.store.get('c-multi', 'net1')).toBeUndefined();
-    await agent.handlers.check(req('CHECK', 'eth0')); // throws if the capture went with net1
+    await fx.agent.handlers.del(req('DEL', 'net1'));
+    expect(fx.agent.store.get('c-multi', 'net1')).toBeUndefined();
+    await fx.agent.handlers.check(req('CHECK', 'eth0')); // throws if the capture went with net1
     expect(await viaProxy('one-left')).toBe(true);
-    await agent.handlers.del(req('DEL', 'eth0'));
+    await fx.agent.handlers.del(req('DEL', 'eth0'));
     expect(await viaProxy('none-left')).toBe(false);
   });
 
@@ -80,14 +60,14 @@ describeModes('attachments of one netns, and the host netns, %s mode', (mode) =>
     const hostNetns = '/proc/self/ns/net';
     let err: unknown;
     try {
-      await agent.handlers.add(req('ADD', 'eth0', hostNetns));
+      await fx.agent.handlers.add(req('ADD', 'eth0', hostNetns));
     } catch (e) {
       err = e;
     }
     expect(err).toBeInstanceOf(CniError);
     expect((err as CniError).code).toBe(4);
     expect((err as Error).message).toMatch(/default\/multi.*host's own network namespace/);
-    expect(agent.store.list()).toEqual([]);
-    if (mode === 'ebpf') expect(agent.ebpf!.pods()).not.toContain(await netnsCookie(hostNetns));
+    expect(fx.agent.store.list()).toEqual([]);
+    if (mode === 'ebpf') expect(fx.agent.ebpf!.pods()).not.toContain(await netnsCookie(hostNetns));
   });
 });

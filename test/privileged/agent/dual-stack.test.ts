@@ -3,25 +3,15 @@
 // without dual stack keeps its IPv6 connections direct (iptables mode renders
 // no ip6tables rules for it; eBPF mode used to capture them anyway, sending
 // them to a proxy that may listen on 0.0.0.0 only).
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { pino } from 'pino';
-import { stringify } from 'yaml';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { startAgent, type Agent } from '../../../src/agent/agent.js';
-import type { CniRequest } from '../../../src/cni/types.js';
-import { FileSource } from '../../../src/kube/file-source.js';
-import { uninstallDatapath } from '../../../src/loader/datapath.js';
+import { AgentFixture, cniRequest } from '../../helpers/agent-fixture.js';
 import { describeModes } from '../../helpers/datapaths.js';
-import { Lab, scaled, testPinRoot, type NsAgent } from '../../helpers/lab.js';
+import { Lab, scaled, type NsAgent } from '../../helpers/lab.js';
 import { istioPod } from '../../helpers/pods.js';
 
 describeModes('dual-stack pods follow Istio\'s IPv6 rule, %s mode', (mode) => {
   const lab = new Lab();
-  const pinRoot = testPinRoot();
-  let tmp: string;
-  let agent: Agent;
+  let fx: AgentFixture;
   let app: NsAgent;
   let proxy: Awaited<ReturnType<Lab['proxy']>>;
   let pod: { name: string; path: string };
@@ -29,9 +19,7 @@ describeModes('dual-stack pods follow Istio\'s IPv6 rule, %s mode', (mode) => {
   const V6 = '2001:db8:40::1';
 
   beforeAll(async () => {
-    tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-dualstack-'));
-    const podsFile = path.join(tmp, 'pods.yaml');
-    writeFileSync(podsFile, [istioPod({ name: 'ds' }), istioPod({ name: 'ds-on', proxyEnv: { ISTIO_DUAL_STACK: 'true' } })].map((p) => stringify(p)).join('---\n'));
+    fx = new AgentFixture(mode, [istioPod({ name: 'ds' }), istioPod({ name: 'ds-on', proxyEnv: { ISTIO_DUAL_STACK: 'true' } })]);
     pod = await lab.netns('ds');
     const srv = await lab.netns('dssrv');
     await lab.link(pod.name, srv.name, { a4: [`${V4}/24`], a6: [`${V6}/64`], b4: ['198.18.40.2/24'], b6: ['2001:db8:40::2/64'] });
@@ -39,25 +27,16 @@ describeModes('dual-stack pods follow Istio\'s IPv6 rule, %s mode', (mode) => {
     await server.listen('198.18.40.2', 80);
     await server.listen('2001:db8:40::2', 80);
     app = await lab.agent(pod.name);
-    const logger = pino({ level: 'silent' });
-    agent = await startAgent({
-      socketPath: path.join(tmp, 'cni.sock'), pinRoot, mode, stateDir: path.join(tmp, 'state'),
-      podSource: new FileSource({ path: podsFile, logger }), excludeNamespaces: [], logger, podWaitMs: 2000, selfCheckMs: 0,
-    });
+    await fx.start();
     proxy = await lab.proxy(pod.name);
   }, scaled(120_000));
 
   afterAll(async () => {
-    await agent?.close();
+    await fx?.close();
     await lab.cleanup();
-    uninstallDatapath(pinRoot);
-    if (tmp) rmSync(tmp, { recursive: true, force: true });
   });
 
-  const req = (command: 'ADD' | 'DEL', podName: string, ips: string[]): CniRequest => ({
-    command, containerId: 'c-ds', netns: pod.path, ifname: 'eth0', args: {}, podNamespace: 'default', podName, cniVersion: '1.1.0',
-    config: { cniVersion: '1.1.0', name: 'ds', type: 'meshcap-cni', prevResult: { cniVersion: '1.1.0', ips: ips.map((address) => ({ address })) } },
-  });
+  const req = (command: 'ADD' | 'DEL', podName: string, ips: string[]) => cniRequest(command, { containerId: 'c-ds', netns: pod.path, pod: podName, ips });
 
   /** Which of an IPv4 and an IPv6 connection reached the proxy. */
   async function captured(): Promise<{ v4: boolean; v6: boolean }> {
@@ -79,12 +58,12 @@ describeModes('dual-stack pods follow Istio\'s IPv6 rule, %s mode', (mode) => {
   ];
   for (const [title, name, ips, want] of cases) {
     it(title, async () => {
-      await agent.handlers.add(req('ADD', name, ips));
+      await fx.agent.handlers.add(req('ADD', name, ips));
       try {
-        expect(agent.store.get('c-ds', 'eth0')!.mode).toBe(mode);
+        expect(fx.agent.store.get('c-ds', 'eth0')!.mode).toBe(mode);
         expect(await captured()).toEqual(want);
       } finally {
-        await agent.handlers.del(req('DEL', name, ips));
+        await fx.agent.handlers.del(req('DEL', name, ips));
       }
     });
   }

@@ -6,22 +6,17 @@
 // passes, inbound lands on the proxy with the original destination, and not
 // one outbound connection started after that reaches its destination directly.
 // The self-check repairs the same loss while the agent runs.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { execa } from 'execa';
-import { pino } from 'pino';
-import { stringify } from 'yaml';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { startAgent, type Agent, type AgentOptions } from '../../../src/agent/agent.js';
 import { configOf, cookieOf, readRecords } from '../../../src/agent/state-store.js';
 import { removeCapture } from '../../../src/fallback-iptables/apply.js';
-import { FileSource } from '../../../src/kube/file-source.js';
 import { uninstallDatapath } from '../../../src/loader/datapath.js';
 import { EbpfBackend } from '../../../src/pod-datapath/ebpf.js';
 import { projectRoot } from '../../../src/paths.js';
+import { AgentFixture } from '../../helpers/agent-fixture.js';
 import { describeModes } from '../../helpers/datapaths.js';
-import { Lab, scaled, testPinRoot, type NsAgent } from '../../helpers/lab.js';
+import { Lab, scaled, type NsAgent } from '../../helpers/lab.js';
 import { istioPod } from '../../helpers/pods.js';
 import { cni, requireCniBinary } from './cni-harness.js';
 
@@ -30,22 +25,18 @@ const meshcap = (args: string[]) => execa(process.execPath, [path.join(projectRo
 
 describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
   const lab = new Lab();
-  const pinRoot = testPinRoot();
-  let tmp: string;
-  let agent: Agent | undefined;
+  let fx: AgentFixture;
   let app: NsAgent;
   let client: NsAgent;
   let proxy: Awaited<ReturnType<Lab['proxy']>>;
   let pod: { name: string; path: string };
-  let socket: string;
-  let opts: AgentOptions;
-  const call = () => ({ socket, containerId: 'c-reload', netns: pod.path, pod: 'web', podAddress: '198.18.21.1/24' });
+  const call = () => ({ socket: fx.socket, containerId: 'c-reload', netns: pod.path, pod: 'web', podAddress: '198.18.21.1/24' });
+  const agent = () => fx.agent;
+  const stateDir = () => fx.opts.stateDir;
 
   beforeAll(async () => {
     requireCniBinary();
-    tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-reload-'));
-    const podsFile = path.join(tmp, 'pods.yaml');
-    writeFileSync(podsFile, stringify(istioPod({ name: 'web' })));
+    fx = new AgentFixture(mode, [istioPod({ name: 'web' })], { metricsAddr: '127.0.0.1:0', podWaitMs: 1500 });
     pod = await lab.netns('rl');
     const srv = await lab.netns('rlsrv');
     await lab.link(pod.name, srv.name, { a4: ['198.18.21.1/24'], b4: ['198.18.21.2/24'] });
@@ -54,21 +45,7 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
     client = server;
     app = await lab.agent(pod.name);
     await app.listen('0.0.0.0', 8080);
-    socket = path.join(tmp, 'run', 'cni.sock');
-    const logger = pino({ level: 'silent' });
-    opts = {
-      socketPath: socket,
-      pinRoot,
-      mode,
-      stateDir: path.join(tmp, 'state'),
-      podSource: new FileSource({ path: podsFile, logger, debounceMs: 20, pollIntervalMs: 200 }),
-      excludeNamespaces: ['kube-system'],
-      logger,
-      metricsAddr: '127.0.0.1:0',
-      podWaitMs: 1500,
-      selfCheckMs: 0,
-    };
-    agent = await startAgent(opts);
+    await fx.start();
     const add = await cni('ADD', call());
     expect(add.exitCode, add.stdout).toBe(0);
     // As in a real pod: CNI ADD first, then the containers (the proxy) start.
@@ -76,21 +53,9 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
   }, scaled(120_000));
 
   afterAll(async () => {
-    await agent?.close();
+    await fx?.close();
     await lab.cleanup();
-    uninstallDatapath(pinRoot);
-    if (tmp) rmSync(tmp, { recursive: true, force: true });
   });
-
-  /** A new agent on the same state dir (its pod source re-created: a stopped source cannot restart). */
-  async function restartAgent(over: Partial<AgentOptions> = {}): Promise<Agent> {
-    await agent?.close();
-    agent = undefined;
-    const logger = opts.logger;
-    opts = { ...opts, podSource: new FileSource({ path: path.join(tmp, 'pods.yaml'), logger, debounceMs: 20, pollIntervalMs: 200 }), ...over };
-    agent = await startAgent(opts);
-    return agent;
-  }
 
   /** Connections from the app whose local address never shows up as a proxy accept's peer went direct. */
   function direct(conns: { local: string }[]): number {
@@ -133,9 +98,9 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
 
   /** The pod's capture removed behind the agent's back. */
   async function loseThePod(): Promise<void> {
-    const rec = agent!.store.get('c-reload', 'eth0')!;
+    const rec = agent().store.get('c-reload', 'eth0')!;
     if (mode === 'ebpf') {
-      const other = new EbpfBackend(pinRoot);
+      const other = new EbpfBackend(fx.pinRoot);
       try {
         expect(other.remove(cookieOf(rec)!)).toBeGreaterThan(0);
       } finally {
@@ -153,14 +118,14 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
 
   it('meshcap uninstall refuses while the pod is captured and names it; --force goes ahead', async () => {
     if (mode === 'ebpf') {
-      const r = await meshcap(['uninstall', '--pin-root', pinRoot, '--state-dir', opts.stateDir]);
+      const r = await meshcap(['uninstall', '--pin-root', fx.pinRoot, '--state-dir', stateDir()]);
       expect(r.exitCode).toBe(1);
       expect(r.stderr).toContain('default/web');
       expect(r.stderr).toMatch(/past the sidecar.*--force/s);
       expect((await cni('CHECK', call())).exitCode, 'a refused uninstall must change nothing').toBe(0);
     } else {
       // iptables mode has no eBPF pins: nothing is captured by what uninstall removes.
-      const r = await meshcap(['uninstall', '--pin-root', pinRoot, '--state-dir', opts.stateDir]);
+      const r = await meshcap(['uninstall', '--pin-root', fx.pinRoot, '--state-dir', stateDir()]);
       expect(r.exitCode, r.stderr).toBe(0);
     }
   });
@@ -182,19 +147,18 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
     })();
     try {
       await sleep(300);
-      await agent!.close();
-      agent = undefined;
+      await fx.stop();
       if (mode === 'ebpf') {
-        const r = await meshcap(['uninstall', '--force', '--pin-root', pinRoot, '--state-dir', opts.stateDir]);
+        const r = await meshcap(['uninstall', '--force', '--pin-root', fx.pinRoot, '--state-dir', stateDir()]);
         expect(r.exitCode, r.stderr).toBe(0);
         expect(r.stderr).toContain('default/web');
       } else {
-        await removeCapture(pod.path, configOf(readRecords(opts.stateDir).records[0]!));
+        await removeCapture(pod.path, configOf(readRecords(stateDir()).records[0]!));
       }
       expect((await cni('CHECK', call())).exitCode, 'the pod must have lost its capture for this test to mean anything').not.toBe(0);
       await sleep(200);
       const t0 = performance.now();
-      const a = await restartAgent();
+      const a = await fx.restart();
       const readyAt = performance.now();
       expect(a.startup).toMatchObject({ records: 1, restored: 1, failed: 0, dropped: 0 });
       if (mode === 'ebpf') expect(a.startup.listenersRegistered, 'the running proxy\'s inbound listener must be put back').toBeGreaterThanOrEqual(1);
@@ -216,19 +180,19 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
 
   it('meshcap status shows drift; the self-check restores the pod and counts it', async () => {
     await loseThePod();
-    const st = await meshcap(['status', '--json', '--state-dir', opts.stateDir, '--pin-root', pinRoot]);
+    const st = await meshcap(['status', '--json', '--state-dir', stateDir(), '--pin-root', fx.pinRoot]);
     expect(st.exitCode).toBe(1);
     const web = (JSON.parse(st.stdout) as { pods: { name: string; state: string; drift: string[] }[] }).pods.find((p) => p.name === 'web')!;
     expect(['drift', 'missing']).toContain(web.state);
     expect(web.drift.length).toBeGreaterThan(0);
 
-    const r = await agent!.selfCheck();
+    const r = await agent().selfCheck();
     expect(r).toMatchObject({ trigger: 'self-check', restored: 1, failed: 0 });
     expect((await cni('CHECK', call())).exitCode).toBe(0);
-    const ok = await meshcap(['status', '--json', '--state-dir', opts.stateDir, '--pin-root', pinRoot]);
+    const ok = await meshcap(['status', '--json', '--state-dir', stateDir(), '--pin-root', fx.pinRoot]);
     expect(ok.exitCode, ok.stdout).toBe(0);
     expect((JSON.parse(ok.stdout) as { pods: { name: string; state: string; drift: string[] }[] }).pods.find((p) => p.name === 'web')).toMatchObject({ state: 'present', drift: [] });
-    const m = await (await fetch(`http://127.0.0.1:${agent!.http!.address.port}/metrics`)).text();
+    const m = await (await fetch(`http://127.0.0.1:${agent().http!.address.port}/metrics`)).text();
     expect(m).toMatch(/meshcap_reconcile_pods_total\{outcome="restored",trigger="self-check"\} 1/);
     expect(m).toMatch(/meshcap_pods_unrestored 0/);
     await expectOutboundToProxy(3);
@@ -236,7 +200,7 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
   });
 
   it('the periodic self-check repairs a loss on its own', async () => {
-    await restartAgent({ selfCheckMs: 300 });
+    await fx.restart({ selfCheckMs: 300 });
     await loseThePod();
     let code = 1;
     for (let i = 0; i < 50 && code !== 0; i++) {
@@ -249,17 +213,16 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
 
   if (mode === 'ebpf') {
     it('meshcap load alone (no agent running) restores the recorded pods into a fresh datapath, inbound listener included', async () => {
-      await agent!.close();
-      agent = undefined;
-      expect((await meshcap(['uninstall', '--force', '--pin-root', pinRoot, '--state-dir', opts.stateDir])).exitCode).toBe(0);
-      const r = await meshcap(['load', '--pin-root', pinRoot, '--state-dir', opts.stateDir]);
+      await fx.stop();
+      expect((await meshcap(['uninstall', '--force', '--pin-root', fx.pinRoot, '--state-dir', stateDir()])).exitCode).toBe(0);
+      const r = await meshcap(['load', '--pin-root', fx.pinRoot, '--state-dir', stateDir()]);
       expect(r.exitCode, r.stderr).toBe(0);
       const m = /pods: 1 recorded, 1 restored, 0 NOT restored, (\d+) proxy listeners re-registered/.exec(r.stdout);
       expect(m, r.stdout).not.toBeNull();
       expect(Number(m![1]), 'the running proxy\'s inbound listener (v4, and v6 if it listens there)').toBeGreaterThanOrEqual(1);
       expect(r.stdout).toContain('restored default/web');
-      const rec = readRecords(opts.stateDir).records[0]!;
-      const ebpf = new EbpfBackend(pinRoot);
+      const rec = readRecords(stateDir()).records[0]!;
+      const ebpf = new EbpfBackend(fx.pinRoot);
       try {
         expect(ebpf.checkEntries(cookieOf(rec)!, configOf(rec), rec.podIPs)).toEqual([]);
       } finally {
@@ -268,18 +231,18 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
       await expectOutboundToProxy(3);
       await expectInboundToProxy('after-load');
       // a second load finds nothing to restore
-      const again = await meshcap(['load', '--pin-root', pinRoot, '--state-dir', opts.stateDir]);
+      const again = await meshcap(['load', '--pin-root', fx.pinRoot, '--state-dir', stateDir()]);
       expect(again.stdout).toMatch(/pods: 1 recorded, 0 restored, 0 NOT restored, 0 proxy listeners re-registered/);
     });
 
     it('a node datapath removed under a running agent is loaded again by the self-check, inbound included', async () => {
-      await restartAgent({ selfCheckMs: 0 });
-      uninstallDatapath(pinRoot);
+      await fx.restart({ selfCheckMs: 0 });
+      uninstallDatapath(fx.pinRoot);
       expect((await cni('CHECK', call())).exitCode).not.toBe(0);
-      const r = await agent!.selfCheck();
+      const r = await agent().selfCheck();
       expect(r).toMatchObject({ restored: 1, failed: 0 });
       expect(r.listenersRegistered).toBeGreaterThanOrEqual(1);
-      const m = await (await fetch(`http://127.0.0.1:${agent!.http!.address.port}/metrics`)).text();
+      const m = await (await fetch(`http://127.0.0.1:${agent().http!.address.port}/metrics`)).text();
       expect(m).toMatch(/meshcap_datapath_reloads_total 1/);
       expect((await cni('CHECK', call())).exitCode).toBe(0);
       await expectOutboundToProxy(3);
