@@ -139,7 +139,6 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       nodeMode: mode,
       lock,
       removeAttachment: base.removeAttachment,
-      pinRoot: o.pinRoot,
       logger: log,
       ...(o.reporter ? { reporter: o.reporter } : {}),
       onOutcome: metrics.reconciled,

@@ -35,7 +35,6 @@ export interface ReconcileDeps {
   /** The handlers' per-container lock: a restore never races an ADD or DEL of the same pod. */
   lock: KeyedLock;
   removeAttachment(rec: AttachmentRecord): Promise<void>;
-  pinRoot: string;
   logger: Logger;
   reporter?: PodProblemReporter;
   /** Counts for the metrics; called once per pod outcome. */
@@ -97,7 +96,7 @@ export async function reconcilePods(
   const t0 = performance.now();
   const log = d.logger.child({ component: 'reconcile' });
   const report: ReconcileReport = { trigger, records: 0, ok: 0, restored: 0, dropped: 0, failed: 0, listenersRegistered: 0, orphansSwept: 0, ms: 0, pods: [] };
-  // One /proc scan for all pods, made lazily: a pass with nothing to restore needs none.
+  // One /proc scan for all pods, made lazily: only a missing listener asks for it.
   let procs: NetnsProcesses | undefined;
   const processes = () => (procs ??= netnsProcesses());
   // One scan of the CIDR/port maps for the whole pass (see KeySnapshot).
@@ -221,7 +220,7 @@ async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassS
   const ebpf = d.datapath.ebpf;
   if (rec.mode === 'ebpf' && ebpf && cookie !== null && cfg.parsed.inboundCapture) {
     try {
-      const r = ebpf.refillListeners({ netns: cookie, netnsPath: rec.netns, port: Number(cfg.inboundCapturePort), processes: pass.processes() });
+      const r = ebpf.refillListeners({ netns: cookie, netnsPath: rec.netns, port: Number(cfg.inboundCapturePort), processes: pass.processes });
       listeners = r.registered.length;
       if (listeners > 0) drift.push(`inbound listener not registered (IPv${r.registered.join('/IPv')})`);
     } catch (err) {

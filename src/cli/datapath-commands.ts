@@ -42,7 +42,6 @@ async function restoreRecordedPods(pinRoot: string, stateDir: string): Promise<{
       nodeMode: 'ebpf',
       lock: new KeyedLock(),
       removeAttachment: () => Promise.reject(new Error('meshcap load removes no records (the agent does)')),
-      pinRoot,
       logger,
     }, 'load');
     const lines = [`pods: ${r.records} recorded, ${r.restored} restored, ${r.failed} NOT restored, ${r.listenersRegistered} proxy listeners re-registered (${r.ms} ms)`];

@@ -104,10 +104,12 @@ export function refillPodListeners(opts: {
   netns: bigint;
   netnsPath: string;
   port: number;
-  processes: NetnsProcesses;
+  /** The /proc scan, asked for only when a key is missing (the common pass finds both present). */
+  processes: () => NetnsProcesses;
 }): ListenerRefill {
   const res: ListenerRefill = { present: [], registered: [], none: [] };
-  const pids = opts.processes.get(nsId(statSync(opts.netnsPath))) ?? [];
+  let pidsOfNetns: number[] | undefined;
+  const pidsOf = () => (pidsOfNetns ??= opts.processes().get(nsId(statSync(opts.netnsPath))) ?? []);
   const mapFd = bpf.objGet(path.join(pinLayout(opts.pinRoot).maps, MAP.listen));
   try {
     for (const family of [4, 6] as const) {
@@ -118,6 +120,7 @@ export function refillPodListeners(opts: {
       }
       let done = false;
       // Every process of the netns sees the same tables; the owner of the fd may be any of them.
+      const pids = pidsOf();
       const sockets = pids.length ? parseListeners(readTable(pids[0]!, family === 4 ? 'tcp' : 'tcp6'), family, opts.port) : [];
       for (const s of sockets) {
         for (const pid of pids) {

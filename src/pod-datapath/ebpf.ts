@@ -101,7 +101,7 @@ export class EbpfBackend implements PodBackend {
   }
 
   /** Puts a running proxy's inbound listener back into mc_listen where it is missing (after a map reload). */
-  refillListeners(o: { netns: bigint; netnsPath: string; port: number; processes: NetnsProcesses }): ListenerRefill {
+  refillListeners(o: { netns: bigint; netnsPath: string; port: number; processes: () => NetnsProcesses }): ListenerRefill {
     return refillPodListeners({ pinRoot: this.pinRoot, ...o });
   }
 
