@@ -4,7 +4,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { AddOutcome, CniCommand, CniHandlers, CniRequest } from '../cni/types.js';
 import type { EbpfBackend } from '../pod-datapath/ebpf.js';
-import { cookieOf, type StateStore } from './state-store.js';
+import { cookieOf, type AttachmentRecord, type StateStore } from './state-store.js';
 
 export interface AgentMetrics {
   registry: Registry;
@@ -28,6 +28,7 @@ export interface MetricsOptions {
 }
 
 const DIRECTIONS = ['outbound', 'inbound', 'own_pod', 'dns'] as const;
+type Direction = (typeof DIRECTIONS)[number];
 
 export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | null, opts: MetricsOptions = {}): AgentMetrics {
   const registry = new Registry();
@@ -58,32 +59,35 @@ export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | nu
       for (const r of store.list()) this.inc({ mode: r.mode });
     },
   });
+  /** Each recorded eBPF pod's mc_stats counters, read at scrape time. */
+  function* podCounts(): Generator<{ rec: AttachmentRecord; cookie: bigint; counts: Record<Direction, number> }> {
+    const ebpf = ebpfNow();
+    if (!ebpf) return;
+    for (const rec of store.list()) {
+      const cookie = cookieOf(rec);
+      if (rec.mode !== 'ebpf' || cookie === null) continue;
+      const s = ebpf.stats(cookie);
+      if (s) yield { rec, cookie, counts: { outbound: Number(s.outbound), inbound: Number(s.inbound), own_pod: Number(s.own_pod), dns: Number(s.dns) } };
+    }
+  }
   // The node's total: the sum of every pod's mc_stats counters, kept monotonic
   // across pods that go away (their last count stays in the total) and
   // counters that restart (a pod re-registered with fresh stats).
-  const lastSeen = new Map<string, Record<(typeof DIRECTIONS)[number], number>>();
-  const nodeTotal: Record<(typeof DIRECTIONS)[number], number> = { outbound: 0, inbound: 0, own_pod: 0, dns: 0 };
+  const lastSeen = new Map<string, Record<Direction, number>>();
+  const nodeTotal: Record<Direction, number> = { outbound: 0, inbound: 0, own_pod: 0, dns: 0 };
   new Counter({
     name: 'meshcap_redirected_connections_total',
     help: 'Connections the eBPF datapath redirected on this node, by direction (the sum over its pods, read from the pinned mc_stats map)',
     labelNames: ['direction'] as const,
     registers: [registry],
     collect() {
-      const ebpf = ebpfNow();
       const seen = new Set<string>();
-      if (ebpf) {
-        for (const r of store.list()) {
-          const cookie = cookieOf(r);
-          if (r.mode !== 'ebpf' || cookie === null) continue;
-          const s = ebpf.stats(cookie);
-          if (!s) continue;
-          const key = String(cookie);
-          seen.add(key);
-          const now = { outbound: Number(s.outbound), inbound: Number(s.inbound), own_pod: Number(s.own_pod), dns: Number(s.dns) };
-          const before = lastSeen.get(key);
-          for (const d of DIRECTIONS) nodeTotal[d] += before && now[d] >= before[d] ? now[d] - before[d] : now[d];
-          lastSeen.set(key, now);
-        }
+      for (const { cookie, counts: now } of podCounts()) {
+        const key = String(cookie);
+        seen.add(key);
+        const before = lastSeen.get(key);
+        for (const d of DIRECTIONS) nodeTotal[d] += before && now[d] >= before[d] ? now[d] - before[d] : now[d];
+        lastSeen.set(key, now);
       }
       for (const k of [...lastSeen.keys()]) if (!seen.has(k)) lastSeen.delete(k);
       this.reset();
@@ -97,18 +101,8 @@ export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | nu
     registers: [registry],
     collect() {
       this.reset();
-      const ebpf = ebpfNow();
-      if (!ebpf) return;
-      for (const r of store.list()) {
-        const cookie = cookieOf(r);
-        if (r.mode !== 'ebpf' || cookie === null) continue;
-        const s = ebpf.stats(cookie);
-        if (!s) continue;
-        const base = { namespace: r.podNamespace, pod: r.podName };
-        this.inc({ ...base, direction: 'outbound' }, Number(s.outbound));
-        this.inc({ ...base, direction: 'inbound' }, Number(s.inbound));
-        this.inc({ ...base, direction: 'own_pod' }, Number(s.own_pod));
-        this.inc({ ...base, direction: 'dns' }, Number(s.dns));
+      for (const { rec, counts } of podCounts()) {
+        for (const d of DIRECTIONS) this.inc({ namespace: rec.podNamespace, pod: rec.podName, direction: d }, counts[d]);
       }
     },
   });
