@@ -13,16 +13,16 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { V1Pod } from '@kubernetes/client-node';
 import { startAgent, type Agent } from '../../../src/agent/agent.js';
 import { configOf, cookieOf } from '../../../src/agent/state-store.js';
-import { checkCapture, removeCapture } from '../../../src/fallback-iptables/apply.js';
+import { checkCapture } from '../../../src/fallback-iptables/apply.js';
 import { FileSource } from '../../../src/kube/file-source.js';
 import { uninstallDatapath } from '../../../src/loader/datapath.js';
-import { EbpfBackend } from '../../../src/pod-datapath/ebpf.js';
 import { netnsCookie } from '../../../src/pod-netns.js';
 import { projectRoot } from '../../../src/paths.js';
 import { Lab, testPinRoot, type NsAgent } from '../../helpers/lab.js';
 import { istioPod } from '../../helpers/pods.js';
 import { describeModes } from '../../helpers/datapaths.js';
 import { cni, requireCniBinary, type CniCall } from './cni-harness.js';
+import { loseCapture } from '../../helpers/agent-fixture.js';
 
 function plainPod(name: string): V1Pod {
   return { apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: 'default' }, spec: { containers: [{ name: 'app', image: 'app' }] } };
@@ -144,17 +144,8 @@ describeModes('meshcap agent, %s mode', (mode) => {
   it('CHECK passes, then fails listing what is missing once the state is removed behind the agent\'s back', async () => {
     const ok = await cni('CHECK', { ...base, containerId: 'c-web' });
     expect(ok.exitCode, ok.stdout).toBe(0);
-    const rec = agent.store.get('c-web', 'eth0')!;
-    if (mode === 'ebpf') {
-      const other = new EbpfBackend(pinRoot);
-      try {
-        expect(other.remove(cookieOf(rec)!)).toBeGreaterThan(0);
-      } finally {
-        other.close();
-      }
-    } else {
-      await removeCapture(pod.path, configOf(rec));
-    }
+    const removed = await loseCapture(agent.store.get('c-web', 'eth0')!, pinRoot);
+    if (mode === 'ebpf') expect(removed).toBeGreaterThan(0);
     const bad = await cni('CHECK', { ...base, containerId: 'c-web' });
     expect(bad.exitCode).toBe(1);
     expect(bad.json!.code).toBe(101);

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { CniError } from '../../../src/cni/errors.js';
 import { netnsCookie } from '../../../src/pod-netns.js';
-import { AgentFixture, cniRequest } from '../../helpers/agent-fixture.js';
+import { AgentFixture, cniRequest, podBesideServer } from '../../helpers/agent-fixture.js';
 import { describeModes } from '../../helpers/datapaths.js';
 import { Lab, scaled, type NsAgent } from '../../helpers/lab.js';
 import { istioPod } from '../../helpers/pods.js';
@@ -19,12 +19,7 @@ describeModes('attachments of one netns, and the host netns, %s mode', (mode) =>
 
   beforeAll(async () => {
     fx = new AgentFixture(mode, [istioPod({ name: 'multi' })]);
-    pod = await lab.netns('att');
-    const srv = await lab.netns('attsrv');
-    await lab.link(pod.name, srv.name, { a4: ['198.18.41.1/24'], b4: ['198.18.41.2/24'] });
-    const server = await lab.agent(srv.name);
-    await server.listen('198.18.41.2', 80);
-    app = await lab.agent(pod.name);
+    ({ pod, app } = await podBesideServer(lab, 'att', { a4: ['198.18.41.1/24'], b4: ['198.18.41.2/24'] }, ['198.18.41.2']));
     await fx.start();
     proxy = await lab.proxy(pod.name);
   }, scaled(120_000));

@@ -4,7 +4,7 @@
 // no ip6tables rules for it; eBPF mode used to capture them anyway, sending
 // them to a proxy that may listen on 0.0.0.0 only).
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { AgentFixture, cniRequest } from '../../helpers/agent-fixture.js';
+import { AgentFixture, cniRequest, podBesideServer } from '../../helpers/agent-fixture.js';
 import { describeModes } from '../../helpers/datapaths.js';
 import { Lab, scaled, type NsAgent } from '../../helpers/lab.js';
 import { istioPod } from '../../helpers/pods.js';
@@ -20,13 +20,7 @@ describeModes('dual-stack pods follow Istio\'s IPv6 rule, %s mode', (mode) => {
 
   beforeAll(async () => {
     fx = new AgentFixture(mode, [istioPod({ name: 'ds' }), istioPod({ name: 'ds-on', proxyEnv: { ISTIO_DUAL_STACK: 'true' } })]);
-    pod = await lab.netns('ds');
-    const srv = await lab.netns('dssrv');
-    await lab.link(pod.name, srv.name, { a4: [`${V4}/24`], a6: [`${V6}/64`], b4: ['198.18.40.2/24'], b6: ['2001:db8:40::2/64'] });
-    const server = await lab.agent(srv.name);
-    await server.listen('198.18.40.2', 80);
-    await server.listen('2001:db8:40::2', 80);
-    app = await lab.agent(pod.name);
+    ({ pod, app } = await podBesideServer(lab, 'ds', { a4: [`${V4}/24`], a6: [`${V6}/64`], b4: ['198.18.40.2/24'], b6: ['2001:db8:40::2/64'] }, ['198.18.40.2', '2001:db8:40::2']));
     await fx.start();
     proxy = await lab.proxy(pod.name);
   }, scaled(120_000));

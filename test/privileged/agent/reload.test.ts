@@ -14,7 +14,7 @@ import { removeCapture } from '../../../src/fallback-iptables/apply.js';
 import { uninstallDatapath } from '../../../src/loader/datapath.js';
 import { EbpfBackend } from '../../../src/pod-datapath/ebpf.js';
 import { projectRoot } from '../../../src/paths.js';
-import { AgentFixture } from '../../helpers/agent-fixture.js';
+import { AgentFixture, loseCapture, podBesideServer } from '../../helpers/agent-fixture.js';
 import { describeModes } from '../../helpers/datapaths.js';
 import { Lab, scaled, type NsAgent } from '../../helpers/lab.js';
 import { istioPod } from '../../helpers/pods.js';
@@ -37,13 +37,7 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
   beforeAll(async () => {
     requireCniBinary();
     fx = new AgentFixture(mode, [istioPod({ name: 'web' })], { metricsAddr: '127.0.0.1:0', podWaitMs: 1500 });
-    pod = await lab.netns('rl');
-    const srv = await lab.netns('rlsrv');
-    await lab.link(pod.name, srv.name, { a4: ['198.18.21.1/24'], b4: ['198.18.21.2/24'] });
-    const server = await lab.agent(srv.name);
-    await server.listen('198.18.21.2', 80);
-    client = server;
-    app = await lab.agent(pod.name);
+    ({ pod, app, server: client } = await podBesideServer(lab, 'rl', { a4: ['198.18.21.1/24'], b4: ['198.18.21.2/24'] }, ['198.18.21.2']));
     await app.listen('0.0.0.0', 8080);
     await fx.start();
     const add = await cni('ADD', call());
@@ -98,17 +92,8 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
 
   /** The pod's capture removed behind the agent's back. */
   async function loseThePod(): Promise<void> {
-    const rec = agent().store.get('c-reload', 'eth0')!;
-    if (mode === 'ebpf') {
-      const other = new EbpfBackend(fx.pinRoot);
-      try {
-        expect(other.remove(cookieOf(rec)!)).toBeGreaterThan(0);
-      } finally {
-        other.close();
-      }
-    } else {
-      await removeCapture(pod.path, configOf(rec));
-    }
+    const removed = await loseCapture(agent().store.get('c-reload', 'eth0')!, fx.pinRoot);
+    if (mode === 'ebpf') expect(removed).toBeGreaterThan(0);
   }
 
   it('captures outbound and inbound before the reload', async () => {
