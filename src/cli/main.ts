@@ -13,6 +13,7 @@ import { registerSandboxCommand } from './sandbox-command.js';
 import { registerVersionCommand } from './version-command.js';
 import { registerCompletionCommand } from './completion.js';
 import { registerExplainCommand } from './explain-command.js';
+import { registerInstallCniCommand } from './install-cni-command.js';
 
 guardStdio();
 
@@ -24,6 +25,7 @@ registerDatapathCommands(program);
 registerProxyCommand(program);
 registerIptablesCommand(program);
 registerAgentCommand(program);
+registerInstallCniCommand(program);
 registerStatusCommand(program);
 registerSandboxCommand(program);
 registerVersionCommand(program);
