@@ -3,6 +3,13 @@
 # modules (no prebuilt binary is downloaded), into build/k8s/bin/:
 #   kube-apiserver  k8s.io/kubernetes/cmd/kube-apiserver   (KUBERNETES_VERSION)
 #   etcd, etcdctl   go.etcd.io/etcd/server/v3, etcdctl/v3  (ETCD_VERSION)
+# With --node, also what a real node needs (npm run test:k8s; npm test does not
+# build these, they take most of the build time):
+#   kubelet, kube-controller-manager, kube-scheduler, kubectl
+#                   k8s.io/kubernetes/cmd/...               (KUBERNETES_VERSION)
+#   containerd, containerd-shim-runc-v2, ctr
+#                   github.com/containerd/containerd/v2     (CONTAINERD_VERSION)
+# (runc and the CNI plugins are Debian packages: scripts/setup.sh installs them.)
 # Idempotent: a stamp records the pinned versions and Go version; with the stamp
 # matching and the binaries present it does nothing. GOMODCACHE and GOCACHE live
 # under build/k8s/ so a fresh clone (CI) caches there too.
@@ -18,6 +25,13 @@ cd "$(dirname "$0")/.."
 
 KUBERNETES_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3 # kubernetes v1.37 requires the etcd v3.7 client
+# containerd v2: kubelet >= 1.36 needs a runtime with the CRI RuntimeConfig call
+# (containerd >= 2.0); Debian bookworm's containerd 1.6 lacks it
+CONTAINERD_VERSION=v2.4.2
+NODE_BINS="kubelet kube-controller-manager kube-scheduler kubectl containerd containerd-shim-runc-v2 ctr"
+
+node=0
+[ "${1:-}" = "--node" ] && node=1
 
 root=$PWD/build/k8s
 bin=$root/bin
@@ -26,8 +40,17 @@ stamp=$bin/.versions
 RECIPE=2
 want="recipe=$RECIPE kubernetes=$KUBERNETES_VERSION etcd=$ETCD_VERSION $(go version 2>/dev/null | cut -d' ' -f3)"
 
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] &&
-  [ -x "$bin/kube-apiserver" ] && [ -x "$bin/etcd" ] && [ -x "$bin/etcdctl" ]; then
+node_stamp=$bin/.node-versions
+node_want="recipe=$RECIPE kubernetes=$KUBERNETES_VERSION containerd=$CONTAINERD_VERSION $(go version 2>/dev/null | cut -d' ' -f3)"
+node_built() {
+  [ -f "$node_stamp" ] && [ "$(cat "$node_stamp")" = "$node_want" ] || return 1
+  for b in $NODE_BINS; do [ -x "$bin/$b" ] || return 1; done
+}
+cp_built() {
+  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] &&
+    [ -x "$bin/kube-apiserver" ] && [ -x "$bin/etcd" ] && [ -x "$bin/etcdctl" ]
+}
+if cp_built && { [ $node = 0 ] || node_built; }; then
   exit 0
 fi
 if ! command -v go >/dev/null; then
@@ -41,10 +64,17 @@ export GOMODCACHE=$root/gomodcache GOCACHE=$root/gocache
 export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off
 mkdir -p "$bin" "$root/src/kubernetes" "$root/src/etcd"
 start=$(date +%s)
+minor=${KUBERNETES_VERSION#v1.}        # 37.2
+kube_ldflags() {
+  # the version stamp kubernetes' own build (hack/lib/version.sh) sets, so
+  # /version and `kube-apiserver --version` say which release this is
+  local v=k8s.io/component-base/version
+  echo "-s -w -X $v.gitVersion=$KUBERNETES_VERSION -X $v.gitMajor=1 -X $v.gitMinor=${minor%%.*} -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
+}
+if ! cp_built; then
 echo "build-k8s: building kube-apiserver $KUBERNETES_VERSION, etcd + etcdctl $ETCD_VERSION from Go modules (first time: see docs/kubernetes-e2e.md for how long)"
 
 # --- kube-apiserver ---------------------------------------------------------
-minor=${KUBERNETES_VERSION#v1.}        # 37.2
 staging_version=v0.$minor              # v0.37.2
 kmod=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
 [ -f "$kmod" ] || { echo "build-k8s: cannot fetch k8s.io/kubernetes@$KUBERNETES_VERSION" >&2; exit 1; }
@@ -84,11 +114,7 @@ EOF
 (
   cd "$root/src/kubernetes"
   rm -f go.sum
-  # the version stamp kubernetes' own build (hack/lib/version.sh) sets, so
-  # /version and `kube-apiserver --version` say which release this is
-  v=k8s.io/component-base/version
-  ldflags="-s -w -X $v.gitVersion=$KUBERNETES_VERSION -X $v.gitMajor=1 -X $v.gitMinor=${minor%%.*} -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
-  nice -n 10 go build -trimpath -ldflags "$ldflags" -o "$bin/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+  nice -n 10 go build -trimpath -ldflags "$(kube_ldflags)" -o "$bin/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
 )
 mv "$bin/kube-apiserver.tmp" "$bin/kube-apiserver"
 echo "build-k8s: kube-apiserver built ($(( $(date +%s) - start )) s so far)"
@@ -129,3 +155,63 @@ mv "$bin/etcdctl.tmp" "$bin/etcdctl"
 
 echo "$want" >"$stamp"
 echo "build-k8s: done in $(( $(date +%s) - start )) s: $("$bin/kube-apiserver" --version), etcd $("$bin/etcd" --version | sed -n 's/^etcd Version: //p')"
+fi
+
+[ $node = 1 ] || exit 0
+node_built && exit 0
+[ -f "$root/src/kubernetes/go.mod" ] || { echo "build-k8s: $root/src/kubernetes/go.mod missing: remove $stamp and run again" >&2; exit 1; }
+
+# --- the node: kubelet, kube-controller-manager, kube-scheduler, kubectl ----
+# the same wrapper module as kube-apiserver (its replace block), so the
+# packages they share come from the Go build cache
+start=$(date +%s)
+echo "build-k8s: building kubelet, kube-controller-manager, kube-scheduler, kubectl $KUBERNETES_VERSION and containerd $CONTAINERD_VERSION from Go modules (first time: see docs/kubernetes-e2e.md for how long)"
+(
+  cd "$root/src/kubernetes"
+  for c in kubelet kube-controller-manager kube-scheduler kubectl; do
+    t=$(date +%s)
+    nice -n 10 go build -trimpath -ldflags "$(kube_ldflags)" -o "$bin/$c.tmp" "k8s.io/kubernetes/cmd/$c"
+    mv "$bin/$c.tmp" "$bin/$c"
+    echo "build-k8s: $c built in $(( $(date +%s) - t )) s"
+  done
+)
+
+# --- containerd v2, its runc shim, ctr --------------------------------------
+# containerd's go.mod has no replace directives: a plain requirement builds it.
+# CGO off and no btrfs/devmapper/zfs snapshotters (the node uses overlayfs);
+# runc itself is Debian's.
+mkdir -p "$root/src/containerd"
+cat >"$root/src/containerd/go.mod" <<EOF
+// generated by scripts/build-k8s.sh; do not edit
+module meshcap.local/containerd-build
+
+go 1.26.6
+
+require github.com/containerd/containerd/v2 $CONTAINERD_VERSION
+EOF
+cat >"$root/src/containerd/tools.go" <<'EOF'
+//go:build tools
+
+// generated by scripts/build-k8s.sh: pins the commands this module builds
+package tools
+
+import (
+	_ "github.com/containerd/containerd/v2/cmd/containerd"
+	_ "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"
+	_ "github.com/containerd/containerd/v2/cmd/ctr"
+)
+EOF
+(
+  cd "$root/src/containerd"
+  rm -f go.sum
+  for c in containerd containerd-shim-runc-v2 ctr; do
+    t=$(date +%s)
+    nice -n 10 go build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
+      -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+      -o "$bin/$c.tmp" "github.com/containerd/containerd/v2/cmd/$c"
+    mv "$bin/$c.tmp" "$bin/$c"
+    echo "build-k8s: $c built in $(( $(date +%s) - t )) s"
+  done
+)
+echo "$node_want" >"$node_stamp"
+echo "build-k8s: node binaries done in $(( $(date +%s) - start )) s: $("$bin/kubelet" --version), containerd $("$bin/containerd" --version | awk '{print $3}')"
