@@ -157,9 +157,17 @@ function walk(tables: Tables, table: string, chain: string, p: Packet): Omit<Exp
 
 /** The verdict for one flow of a pod whose capture config is `config`. */
 export function explainFlow(config: CaptureConfig, flow: Flow): Explanation {
-  const family = flow.peer.includes(':') ? 6 : 4;
   const out = renderIptables(config);
-  const text = family === 6 ? out.v6 ?? '' : out.v4;
+  return explainFlowInRules(flow.peer.includes(':') ? out.v6 ?? '' : out.v4, config.parsed.tproxy, flow);
+}
+
+/**
+ * The verdict for one flow against rules in iptables-save form: the rendered
+ * ones, or the ones live in a pod's netns (iptables mode), so explain can
+ * say what the kernel holds, not only what it should hold.
+ */
+export function explainFlowInRules(text: string, tproxy: boolean, flow: Flow): Explanation {
+  const family = flow.peer.includes(':') ? 6 : 4;
   const tables = parseRestore(text);
   const loopback = family === 6 ? '::1' : '127.0.0.1';
   if (flow.direction === 'outbound') {
@@ -173,7 +181,7 @@ export function explainFlow(config: CaptureConfig, flow: Flow): Explanation {
   }
   const self = flow.podIPs.find((a) => a.includes(':') === (family === 6)) ?? (family === 6 ? '2001:db8::1' : '10.0.0.1');
   const p: Packet = { src: flow.peer, dst: self, dport: flow.port, protocol: flow.protocol, iif: 'eth0' };
-  const table = config.parsed.tproxy ? 'mangle' : 'nat';
+  const table = tproxy ? 'mangle' : 'nat';
   const r = walk(tables, table, 'PREROUTING', p);
   return { ...r, reason: reason(r, `inbound ${flow.protocol} from ${flow.peer} to port ${flow.port}`) };
 }

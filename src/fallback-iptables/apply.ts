@@ -82,6 +82,12 @@ async function inNetns(netns: string, argv: string[], o: IptablesOptions, input?
   return r.stdout;
 }
 
+/** The rules live in a pod's netns, as its iptables(-legacy)-save prints them (for explain). */
+export async function liveRules(netns: string, family: Family, o: IptablesOptions = {}): Promise<string> {
+  const variant = await detectVariant(netns, family, o);
+  return inNetns(netns, [binaryName(variant, family, '-save')], o);
+}
+
 /** Istio's choice: legacy if that netns already has legacy rules, else nft, else plain. */
 export async function detectVariant(netns: string, family: Family, o: IptablesOptions = {}): Promise<IptablesVariant> {
   if (o.forceVariant) return o.forceVariant;

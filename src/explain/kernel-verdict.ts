@@ -1,0 +1,157 @@
+// What the eBPF datapath in the kernel does with one new connection of a pod,
+// read from the pod's entries in the pinned maps and decided the way the BPF
+// programs decide it (mc_decide in bpf/outbound.bpf.c for outbound,
+// mc_inbound in bpf/inbound.bpf.c for inbound), step for step, so
+// `meshcap explain` can put the kernel's answer beside the rules' answer: a
+// pod whose maps differ from its record, or a program/explain disagreement,
+// shows up as two different verdicts instead of a confident wrong one.
+import path from 'node:path';
+import * as bpf from '../native/addon.js';
+import { pinLayout } from '../loader/manifest.js';
+import { CidrKind, MAP, MC_CIDR_KEY_BITS, PodFlag, PortKind, mcCidrKey, mcListenKey, mcPod, mcPortKey, u64Key, type McPod } from '../maps/layout.js';
+import { parseAddr } from '../redirect/cidr.js';
+import type { Flow } from './explain.js';
+
+export interface KernelVerdict {
+  verdict: 'captured' | 'not captured' | 'refused';
+  /** Where connect() is sent (outbound) / the proxy port the socket is assigned to (inbound). */
+  to?: string;
+  /** The step of the program that decided, with the map entry it read. */
+  decidedBy: string;
+}
+
+/** The lookups the programs make, against some pod's maps. */
+export interface PodMapReader {
+  pod(netns: bigint): McPod | null;
+  portIn(netns: bigint, port: number, kind: number): boolean;
+  /** LPM lookup of one address (4 or 16 bytes) in the CIDR kind (v4 kind; +2 for v6). */
+  cidrMatch(netns: bigint, addr: Buffer, kind4: number): boolean;
+  hasListener(netns: bigint, port: number, family: 4 | 6): boolean;
+}
+
+const DNS_PORT = 53;
+
+/** The pinned maps of a loaded datapath, opened read-only for lookups. */
+export class PinnedPodMaps implements PodMapReader {
+  private readonly fds = new Map<string, number>();
+
+  constructor(pinRoot: string) {
+    const dir = pinLayout(pinRoot).maps;
+    try {
+      for (const name of [MAP.pods, MAP.ports, MAP.cidrs, MAP.listen]) this.fds.set(name, bpf.objGet(path.join(dir, name)));
+    } catch (e) {
+      this.close();
+      throw new Error(`cannot open meshcap's pinned maps under ${dir}: ${(e as Error).message}. Is the eBPF datapath loaded (meshcap load)?`);
+    }
+  }
+
+  close(): void {
+    for (const fd of this.fds.values()) bpf.closeFd(fd);
+    this.fds.clear();
+  }
+
+  private fd(name: string): number {
+    return this.fds.get(name)!;
+  }
+
+  pod(netns: bigint): McPod | null {
+    const v = bpf.mapLookup(this.fd(MAP.pods), u64Key(netns), mcPod.size);
+    return v ? mcPod.decode(v) : null;
+  }
+
+  portIn(netns: bigint, port: number, kind: number): boolean {
+    return bpf.mapLookup(this.fd(MAP.ports), mcPortKey.encode({ netns, port, kind, pad: Buffer.alloc(5) }), 1) !== null;
+  }
+
+  cidrMatch(netns: bigint, addr: Buffer, kind4: number): boolean {
+    const v4 = addr.length === 4;
+    const a = Buffer.alloc(16);
+    addr.copy(a);
+    const key = mcCidrKey.encode({ prefixlen: MC_CIDR_KEY_BITS + (v4 ? 32 : 128), kind: v4 ? kind4 : kind4 + 2, pad: Buffer.alloc(3), netns, addr: a });
+    return bpf.mapLookup(this.fd(MAP.cidrs), key, 1) !== null;
+  }
+
+  hasListener(netns: bigint, port: number, family: 4 | 6): boolean {
+    return bpf.mapLookup(this.fd(MAP.listen), mcListenKey.encode({ netns, port, family, pad: Buffer.alloc(5) }), 8) !== null;
+  }
+}
+
+function isLoopback(a: { family: 4 | 6; bytes: Buffer }): boolean {
+  if (a.bytes.every((b) => b === 0)) return true; // 0.0.0.0 / :: reach this host over loopback
+  return a.family === 4 ? a.bytes[0] === 127 : a.bytes.subarray(0, 15).every((b) => b === 0) && a.bytes[15] === 1;
+}
+
+function isHostLoopback(a: { family: 4 | 6; bytes: Buffer }): boolean {
+  if (a.bytes.every((b) => b === 0)) return true;
+  return a.family === 4 ? a.bytes.equals(Buffer.from([127, 0, 0, 1])) : a.bytes.subarray(0, 15).every((b) => b === 0) && a.bytes[15] === 1;
+}
+
+function isPodAddr(pod: McPod, a: { family: 4 | 6; bytes: Buffer }): boolean {
+  const n = a.family === 4 ? pod.n_addr4 : pod.n_addr6;
+  const all = a.family === 4 ? pod.addr4 : pod.addr6;
+  const w = a.family === 4 ? 4 : 16;
+  for (let i = 0; i < n; i++) if (all.subarray(i * w, i * w + w).equals(a.bytes)) return true;
+  return false;
+}
+
+/**
+ * The kernel's verdict for `flow` in the pod with netns cookie `netns`.
+ * Outbound assumes the connecting socket's source is not yet bound to
+ * 127.0.0.6 (the proxy's inbound passthrough binds it; a plain client does not).
+ */
+export function kernelVerdict(maps: PodMapReader, netns: bigint, flow: Flow): KernelVerdict {
+  const pod = maps.pod(netns);
+  if (!pod) return { verdict: 'not captured', decidedBy: `no mc_pods entry for netns cookie ${netns}: the programs leave every connection of this netns alone` };
+  const dst = parseAddr(flow.peer);
+  if (!dst) throw new Error(`${flow.peer} is not an IP address`);
+  const kind = (k: string) => `${k} entry for netns cookie ${netns}`;
+  if (flow.direction === 'inbound') return inboundVerdict(maps, netns, pod, dst, flow, kind);
+
+  const loop = dst.family === 4 ? '127.0.0.1' : '::1';
+  const to = (port: number) => `${dst.family === 6 ? `[${loop}]` : loop}:${port}`;
+  const dns = (pod.flags & PodFlag.DNS) !== 0 && flow.port === DNS_PORT;
+  const local = isLoopback(dst) || isPodAddr(pod, dst);
+  const dnsServer = () => (pod.flags & PodFlag.DNS_ALL) !== 0 || maps.cidrMatch(netns, dst.bytes, CidrKind.DNS4);
+  if (dst.family === 6 && !(pod.flags & PodFlag.IPV6)) return { verdict: 'not captured', decidedBy: 'IPv6 capture is off for this pod (mc_pods flags: no IPV6)' };
+  if (maps.portIn(netns, flow.port, PortKind.OUT_EXCLUDE)) return { verdict: 'not captured', decidedBy: `port ${flow.port} is excluded: ${kind('mc_ports OUT_EXCLUDE')}` };
+  if (flow.protocol === 'udp') {
+    if (flow.uid === pod.proxy_uid || flow.gid === pod.proxy_gid) return { verdict: 'not captured', decidedBy: `UDP from the proxy's uid/gid ${pod.proxy_uid}/${pod.proxy_gid} (mc_pods)` };
+    if (!dns) return { verdict: 'not captured', decidedBy: 'UDP other than DNS is never captured' };
+    if (dnsServer()) return { verdict: 'captured', to: to(pod.dns_port), decidedBy: `DNS capture (mc_pods flags${pod.flags & PodFlag.DNS_ALL ? ' DNS_ALL' : `, ${kind('mc_cidrs DNS')}`})` };
+    return { verdict: 'not captured', decidedBy: `${flow.peer} is not one of the pod's DNS servers (no mc_cidrs DNS entry)` };
+  }
+  if (flow.uid === pod.proxy_uid) {
+    if (local && !isHostLoopback(dst) && flow.port !== pod.tunnel_port && !dns) return { verdict: 'captured', to: to(pod.inbound_port), decidedBy: `the proxy (uid ${pod.proxy_uid}) to its own pod address: sent to the inbound port` };
+    return { verdict: 'not captured', decidedBy: `the proxy's own connection (uid ${pod.proxy_uid}, mc_pods proxy_uid)` };
+  }
+  if (local && !dns) return { verdict: 'not captured', decidedBy: `${flow.peer} is loopback or one of the pod's own addresses (mc_pods addr)` };
+  if (flow.gid === pod.proxy_gid) {
+    if (local && !isHostLoopback(dst) && flow.port !== pod.tunnel_port) return { verdict: 'captured', to: to(pod.inbound_port), decidedBy: `the proxy's gid ${pod.proxy_gid} to its own pod address: sent to the inbound port` };
+    return { verdict: 'not captured', decidedBy: `the proxy's gid ${pod.proxy_gid} (mc_pods proxy_gid)` };
+  }
+  if (dns && dnsServer()) return { verdict: 'captured', to: to(pod.dns_port), decidedBy: 'DNS over TCP to a captured DNS server' };
+  if (isHostLoopback(dst)) return { verdict: 'not captured', decidedBy: `${flow.peer} is the host loopback` };
+  if (maps.cidrMatch(netns, dst.bytes, CidrKind.OUT_EXCLUDE4)) return { verdict: 'not captured', decidedBy: `${flow.peer} is in an excluded range: ${kind('mc_cidrs OUT_EXCLUDE')}` };
+  if (maps.portIn(netns, flow.port, PortKind.OUT_INCLUDE)) return { verdict: 'captured', to: to(pod.outbound_port), decidedBy: `port ${flow.port} is included: ${kind('mc_ports OUT_INCLUDE')}` };
+  if (pod.flags & (dst.family === 4 ? PodFlag.OUT_ALL4 : PodFlag.OUT_ALL6)) return { verdict: 'captured', to: to(pod.outbound_port), decidedBy: 'every destination is captured (mc_pods flags OUT_ALL: includeOutboundIPRanges "*")' };
+  if (maps.cidrMatch(netns, dst.bytes, CidrKind.OUT_INCLUDE4)) return { verdict: 'captured', to: to(pod.outbound_port), decidedBy: `${flow.peer} is in an included range: ${kind('mc_cidrs OUT_INCLUDE')}` };
+  return { verdict: 'not captured', decidedBy: `${flow.peer} matches no included range or port` };
+}
+
+function inboundVerdict(maps: PodMapReader, netns: bigint, pod: McPod, peer: { family: 4 | 6; bytes: Buffer }, flow: Flow, kind: (k: string) => string): KernelVerdict {
+  if (flow.protocol !== 'tcp') return { verdict: 'not captured', decidedBy: 'only TCP is captured inbound' };
+  if (!(pod.flags & PodFlag.IN_CAPTURE)) return { verdict: 'not captured', decidedBy: 'inbound capture is off for this pod (mc_pods flags: no IN_CAPTURE)' };
+  if (peer.family === 6 && !(pod.flags & PodFlag.IPV6)) return { verdict: 'not captured', decidedBy: 'IPv6 capture is off for this pod (mc_pods flags: no IPV6)' };
+  const passthrough6 = peer.family === 6 && peer.bytes.subarray(0, 15).every((b) => b === 0) && peer.bytes[15] === 6;
+  if (isLoopback(peer) || passthrough6 || isPodAddr(pod, peer)) return { verdict: 'not captured', decidedBy: `${flow.peer} is the pod itself (loopback, passthrough or its own address)` };
+  if (flow.port === pod.tunnel_port || flow.port === pod.inbound_port) return { verdict: 'not captured', decidedBy: `port ${flow.port} is the sidecar's own (${flow.port === pod.inbound_port ? 'inbound' : 'tunnel'} port)` };
+  if (maps.portIn(netns, flow.port, PortKind.IN_EXCLUDE)) return { verdict: 'not captured', decidedBy: `port ${flow.port} is excluded: ${kind('mc_ports IN_EXCLUDE')}` };
+  const all = (pod.flags & PodFlag.IN_ALL) !== 0;
+  if (!all && !maps.portIn(netns, flow.port, PortKind.IN_INCLUDE)) return { verdict: 'not captured', decidedBy: `port ${flow.port} is not an included inbound port (no mc_ports IN_INCLUDE entry)` };
+  const why = all ? 'every inbound port is captured (mc_pods flags IN_ALL)' : `port ${flow.port} is included: ${kind('mc_ports IN_INCLUDE')}`;
+  const family = peer.family;
+  if (maps.hasListener(netns, pod.inbound_port, family) || (family === 4 && maps.hasListener(netns, pod.inbound_port, 6))) {
+    return { verdict: 'captured', to: `the proxy's listener on port ${pod.inbound_port}`, decidedBy: why };
+  }
+  return { verdict: 'refused', decidedBy: `${why}, but no proxy listener on port ${pod.inbound_port} is in mc_listen (the proxy is not listening yet): the connection is dropped rather than bypass the sidecar` };
+}
