@@ -14,6 +14,8 @@ export interface AgentMetrics {
   nodeReloaded(): void;
   /** Pods whose datapath could not be restored in the last pass. */
   setUnrestored(n: number): void;
+  /** A meshed pod found running without capture, and what repair did about it. */
+  repaired(action: string, outcome: 'ok' | 'failed'): void;
   /** Wraps handlers so every verb is counted and timed. */
   instrument<H extends CniHandlers>(h: H): H;
 }
@@ -107,6 +109,35 @@ export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | nu
     },
   });
 
+  // Fill levels of the per-pod maps, read at scrape time: an ADD fails with
+  // E2BIG/ENOSPC once one is full, so alert well before entries reach max.
+  // (one key walk serves both gauges of a scrape)
+  let filled: { at: number; v: ReturnType<EbpfBackend['fill']> } | null = null;
+  const fill = () => {
+    if (!filled || Date.now() - filled.at > 1000) filled = { at: Date.now(), v: ebpfNow()?.fill() ?? [] };
+    return filled.v;
+  };
+  new Gauge({
+    name: 'meshcap_bpf_map_entries',
+    help: 'Entries in each per-pod eBPF map (mc_pods, mc_cidrs, mc_ports, mc_stats), read at scrape time; compare with meshcap_bpf_map_max_entries',
+    labelNames: ['map'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const f of fill()) this.set({ map: f.map }, f.entries);
+    },
+  });
+  new Gauge({
+    name: 'meshcap_bpf_map_max_entries',
+    help: 'Capacity (max_entries) of each per-pod eBPF map',
+    labelNames: ['map'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const f of fill()) this.set({ map: f.map }, f.maxEntries);
+    },
+  });
+
   const reconciled = new Counter({
     name: 'meshcap_reconcile_pods_total',
     help: 'Pods checked against their record by a reconcile pass, by outcome (ok, restored: the datapath differed and was repaired, dropped: netns gone, failed: NOT restored) and trigger (start, self-check)',
@@ -124,6 +155,12 @@ export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | nu
     registers: [registry],
   });
   unrestored.set(0);
+  const repairs = new Counter({
+    name: 'meshcap_repair_pods_total',
+    help: 'Meshed pods found running without capture (no CNI ADD through meshcap), by the action taken (repair: captured in place through the pod netns, label, delete) and outcome (ok, failed: the pod still bypasses its sidecar)',
+    labelNames: ['action', 'outcome'] as const,
+    registers: [registry],
+  });
 
   function timed<R>(verb: CniCommand, fn: (...a: never[]) => Promise<R>) {
     return async (...args: never[]): Promise<R> => {
@@ -147,6 +184,7 @@ export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | nu
     reconciled: (outcome, trigger) => reconciled.inc({ outcome, trigger }),
     nodeReloaded: () => nodeReloads.inc(),
     setUnrestored: (n) => unrestored.set(n),
+    repaired: (action, outcome) => repairs.inc({ action, outcome }),
     instrument<H extends CniHandlers>(h: H): H {
       return {
         ...h,

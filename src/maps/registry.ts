@@ -69,6 +69,11 @@ export class PodMaps {
     return true;
   }
 
+  /** Entries and capacity of each per-pod map (see EbpfBackend.fill). */
+  fill(): { map: string; entries: number; maxEntries: number }[] {
+    return [...this.fds].map(([map, fd]) => ({ map, entries: bpf.mapKeys(fd, this.keySizes.get(map)!).length, maxEntries: bpf.mapInfo(fd).maxEntries }));
+  }
+
   private fd(name: MapName): number {
     const fd = this.fds.get(name);
     if (fd === undefined) throw new Error(`map ${name} is not open`);

@@ -105,6 +105,17 @@ export class EbpfBackend implements PodBackend {
     return refillPodListeners({ pinRoot: this.pinRoot, ...o });
   }
 
+  /**
+   * How full the per-pod maps are (entries counted by one key walk each, at
+   * most their max_entries): the capacity limits an operator runs into first
+   * (16,384 pods, 65,536 CIDR or port entries per node). The per-connection
+   * LRU maps are not counted: they evict by design, and walking 262,144 keys
+   * per scrape would cost more than it tells.
+   */
+  fill(): { map: string; entries: number; maxEntries: number }[] {
+    return this.maps.fill();
+  }
+
   /** Entries left for a netns in any per-pod map (0 after remove). */
   leftovers(netns: bigint): number {
     return (this.maps.pod(netns) ? 1 : 0) + (this.maps.stats(netns) ? 1 : 0) +

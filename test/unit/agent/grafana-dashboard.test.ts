@@ -63,11 +63,12 @@ describe('the Grafana dashboard', () => {
       12: { outbound: 3n, inbound: 0n, own_pod: 0n, dns: 0n },
     };
     const store = { list: () => records } as unknown as StateStore;
-    const ebpf = { stats: (c: bigint) => stats[String(c)] ?? null } as never;
+    const ebpf = { stats: (c: bigint) => stats[String(c)] ?? null, fill: () => [{ map: 'mc_pods', entries: records.length, maxEntries: 16384 }] } as never;
     const outbound = async (m: ReturnType<typeof createMetrics>) => Number(/meshcap_redirected_connections_total\{direction="outbound"\} (\d+)/.exec(await m.registry.metrics())?.[1]);
     const m = createMetrics(store, () => ebpf);
     expect(await m.registry.metrics()).not.toContain('meshcap_pod_redirected_connections_total');
     expect(await outbound(m)).toBe(8);
+    expect(await m.registry.metrics()).toMatch(/meshcap_bpf_map_entries\{map="mc_pods"\} 2\n[^]*meshcap_bpf_map_max_entries\{map="mc_pods"\} 16384/);
     records.pop(); // p2 deleted: its 3 stay counted
     stats = { 11: { outbound: 7n, inbound: 1n, own_pod: 0n, dns: 0n } };
     expect(await outbound(m)).toBe(10);
