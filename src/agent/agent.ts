@@ -22,6 +22,7 @@ import { startHttpEndpoint, type HttpEndpoint } from './http.js';
 import { KeyedLock } from './keyed-lock.js';
 import { createMetrics, type AgentMetrics } from './metrics.js';
 import { nodeDatapathProblems, reconcilePods, type PodProblemReporter, type ReconcileReport } from './reconcile.js';
+import { repairPods, type RepairActions, type RepairMode, type RepairOutcome } from './repair.js';
 import { StateStore } from './state-store.js';
 
 export interface AgentOptions {
@@ -44,6 +45,12 @@ export interface AgentOptions {
   selfCheckMs?: number;
   /** Posts a pod Event when a pod cannot be restored (the API source does in a cluster). */
   reporter?: PodProblemReporter;
+  /** What to do with meshed pods running without capture (default 'repair'; repair.ts). */
+  repair?: RepairMode;
+  /** Events, labels and deletes for repair (the API source in a cluster). */
+  repairActions?: RepairActions;
+  /** /proc, where repair looks for a pod's processes (tests). */
+  procRoot?: string;
 }
 
 export interface Agent {
@@ -58,6 +65,8 @@ export interface Agent {
   startup: ReconcileReport;
   /** Runs the self-check now (the timer runs it every selfCheckMs). */
   selfCheck(): Promise<ReconcileReport>;
+  /** Runs a repair pass now (pod changes and the self-check run it too). */
+  repair(): Promise<RepairOutcome[]>;
   /** undefined when ready, else why not. */
   notReady(): string | undefined;
   close(): Promise<void>;
@@ -77,6 +86,9 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
   let timer: NodeJS.Timeout | undefined;
   let datapath: PodDatapath | undefined;
   let running: Promise<ReconcileReport> | undefined;
+  let repairing: Promise<RepairOutcome[]> | undefined;
+  let repairTimer: NodeJS.Timeout | undefined;
+  let onPodChange: (() => void) | undefined;
 
   const notReady = (): string | undefined => {
     if (closing) return 'shutting down';
@@ -92,7 +104,10 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
   const cleanup = async () => {
     closing = true;
     if (timer) clearInterval(timer);
+    if (repairTimer) clearTimeout(repairTimer);
+    if (onPodChange) o.podSource.off('change', onPodChange);
     await running?.catch(() => undefined);
+    await repairing?.catch(() => undefined);
     await server?.close();
     await o.podSource.stop();
     await http?.close();
@@ -192,11 +207,47 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       startupMs: Math.round(performance.now() - t0),
     }, 'meshcap agent ready');
 
+    const repairMode = o.repair ?? 'repair';
+    const repair = (): Promise<RepairOutcome[]> => {
+      // One pass at a time, like the self-check.
+      repairing ??= repairPods({
+        mode: repairMode,
+        pods: () => o.podSource.list(),
+        store,
+        datapath: dp,
+        nodeMode: mode,
+        excludeNamespaces: o.excludeNamespaces,
+        lock,
+        logger: log,
+        ...(o.repairActions ? { actions: o.repairActions } : {}),
+        ...(o.procRoot ? { procRoot: o.procRoot } : {}),
+        onOutcome: metrics.repaired,
+      }).finally(() => {
+        repairing = undefined;
+      });
+      return repairing;
+    };
+    const repairSoon = () => {
+      if (closing || repairTimer) return;
+      repairTimer = setTimeout(() => {
+        repairTimer = undefined;
+        repair().catch((err: unknown) => log.error({ err }, 'repair pass failed'));
+      }, 200);
+      repairTimer.unref();
+    };
+    if (repairMode !== 'off') {
+      // a pod that just got its IP, or one the watch shows for the first time
+      onPodChange = repairSoon;
+      o.podSource.on('change', onPodChange);
+      repairSoon();
+    }
+
     const selfCheck = (): Promise<ReconcileReport> => {
       // One pass at a time: a slow pass is joined, not stacked.
       running ??= pass('self-check', false).finally(() => {
         running = undefined;
       });
+      if (repairMode !== 'off') void running.then(() => repairSoon(), () => undefined);
       return running;
     };
     const every = o.selfCheckMs ?? 30_000;
@@ -223,6 +274,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       http,
       startup,
       selfCheck,
+      repair,
       notReady,
       close: cleanup,
     };

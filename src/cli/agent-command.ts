@@ -30,6 +30,7 @@ interface AgentFlags {
   selfCheckInterval: string;
   logLevel: string;
   splice?: boolean;
+  repair: 'repair' | 'label' | 'delete' | 'off';
 }
 
 async function podSource(o: AgentFlags, logger: Logger): Promise<{ source: PodSource; api: boolean }> {
@@ -65,6 +66,7 @@ export function registerAgentCommand(program: Command): void {
     .addOption(new Option('--exclude-namespaces <a,b>', 'namespaces never redirected').default(DEFAULT_EXCLUDE_NAMESPACES.join(',')))
     .addOption(new Option('--pod-wait-ms <ms>', 'how long ADD waits for a pod the source does not know yet').default('5000'))
     .addOption(new Option('--self-check-interval <seconds>', 'how often every pod\'s datapath is compared with its record and repaired (0: only at start)').default('30'))
+    .addOption(new Option('--repair <action>', 'meshed pods found running without capture (started before meshcap-cni was in the CNI chain): capture them in place through their netns (repair), label them meshcap.io/uncaptured=true, delete them, or only report (off); an Event on the pod either way').choices(['repair', 'label', 'delete', 'off']).default('repair'))
     .option('--splice', `eBPF mode: splice app<->proxy sockets with sk_msg (off by default; ${SPLICE_WARNING})`)
     .addOption(new Option('--log-level <level>', 'pino log level').choices(['debug', 'info', 'warn', 'error']).default('info'))
     .action(async (o: AgentFlags) => {
@@ -82,7 +84,8 @@ export function registerAgentCommand(program: Command): void {
         stateDir: o.stateDir,
         podSource: source,
         // In a cluster a pod that cannot be restored also gets a Warning Event.
-        ...(api ? { reporter: source as import('../kube/api-source.js').ApiSource } : {}),
+        ...(api ? { reporter: source as import('../kube/api-source.js').ApiSource, repairActions: source as import('../kube/api-source.js').ApiSource } : {}),
+        repair: o.repair,
         excludeNamespaces: o.excludeNamespaces.split(',').map((s) => s.trim()).filter(Boolean),
         logger,
         ...(o.metricsAddr ? { metricsAddr: o.metricsAddr } : {}),

@@ -149,7 +149,11 @@ export class ApiSource extends CachedPodSource implements PodSource {
    * A Warning Event on the pod, as kubelet posts them: what `kubectl describe
    * pod` shows the pod's owner when meshcap cannot keep it captured.
    */
-  async podProblem(namespace: string, name: string, reason: string, message: string): Promise<void> {
+  podProblem(namespace: string, name: string, reason: string, message: string): Promise<void> {
+    return this.podEvent(namespace, name, 'Warning', reason, message);
+  }
+
+  async podEvent(namespace: string, name: string, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> {
     const now = new Date();
     const uid = this.get(namespace, name)?.metadata?.uid;
     await this.api.createNamespacedEvent({
@@ -159,7 +163,7 @@ export class ApiSource extends CachedPodSource implements PodSource {
         involvedObject: { apiVersion: 'v1', kind: 'Pod', namespace, name, ...(uid ? { uid } : {}) },
         reason,
         message,
-        type: 'Warning',
+        type,
         source: { component: 'meshcap-agent', host: this.nodeName },
         reportingComponent: 'meshcap-agent',
         reportingInstance: this.nodeName,
@@ -168,6 +172,17 @@ export class ApiSource extends CachedPodSource implements PodSource {
         count: 1,
       },
     });
+  }
+
+  /** Repair's --repair=label (needs pods patch). */
+  async labelPod(namespace: string, name: string, labels: Record<string, string>): Promise<void> {
+    const { setHeaderOptions, PatchStrategy } = await import('@kubernetes/client-node');
+    await this.api.patchNamespacedPod({ namespace, name, body: { metadata: { labels } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+  }
+
+  /** Repair's --repair=delete (needs pods delete); the UID precondition never deletes a newer pod of the same name. */
+  async deletePod(namespace: string, name: string, uid?: string): Promise<void> {
+    await this.api.deleteNamespacedPod({ namespace, name, ...(uid ? { body: { preconditions: { uid } } } : {}) });
   }
 
   async stop(): Promise<void> {
