@@ -52,3 +52,8 @@ node scripts/build.mjs
 # for the real-API-server tests (test/k8s/); nothing when already built at the
 # pinned versions, about 10 minutes the first time (docs/kubernetes-e2e.md)
 bash scripts/build-k8s.sh
+
+# helm and kustomize from their Go modules into build/helm/bin/ for the chart
+# tests (test/unit/deploy/, test/k8s/deploy-manifests.test.ts); nothing when
+# already built, about 4 minutes the first time
+bash scripts/build-helm.sh
