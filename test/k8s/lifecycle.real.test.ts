@@ -1,0 +1,100 @@
+// The cluster calls of issue 13 against a real kube-apiserver:
+//   install-cni's SIGTERM verdict (owner.ts): its DaemonSet present (rollout,
+//   drain: keep the CNI entry), being deleted with foreground propagation
+//   (deletionTimestamp), gone (background delete), unreadable (no RBAC: keep);
+//   repair's actions through ApiSource: a Warning Event, the uncaptured label,
+//   a delete with the pod's UID as precondition.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AppsV1Api, CoreV1Api, KubeConfig, type V1DaemonSet } from '@kubernetes/client-node';
+import { pino } from 'pino';
+import { ApiSource } from '../../src/kube/api-source.js';
+import { daemonSetVerdict } from '../../src/install-cni/owner.js';
+import { ControlPlane, controlPlaneBuilt } from '../helpers/k8s-control-plane.js';
+
+if (!controlPlaneBuilt()) throw new Error('build/k8s/bin is missing kube-apiserver/etcd/etcdctl: run `npm run setup` (scripts/build-k8s.sh builds them)');
+
+const NS = 'meshcap-system';
+let cp: ControlPlane;
+let kc: KubeConfig;
+let apps: AppsV1Api;
+let core: CoreV1Api;
+
+const ds = (name: string): V1DaemonSet => ({
+  metadata: { name, namespace: NS },
+  spec: {
+    selector: { matchLabels: { app: name } },
+    template: { metadata: { labels: { app: name } }, spec: { containers: [{ name: 'c', image: 'registry.invalid/x:1' }] } },
+  },
+});
+
+beforeAll(async () => {
+  cp = await ControlPlane.start();
+  kc = cp.adminKubeConfig();
+  apps = kc.makeApiClient(AppsV1Api);
+  core = kc.makeApiClient(CoreV1Api);
+  await core.createNamespace({ body: { metadata: { name: NS } } });
+  await core.createNamespace({ body: { metadata: { name: 'shop' } } });
+  // no controller-manager here: the pod admission wants the namespace's default service account
+  await core.createNamespacedServiceAccount({ namespace: 'shop', body: { metadata: { name: 'default' } } });
+});
+afterAll(async () => {
+  await cp?.stop();
+});
+
+describe('install-cni on SIGTERM: remove the CNI entry only when the DaemonSet goes', () => {
+  it('keeps it while the DaemonSet exists (a rollout, a drain, a restart)', async () => {
+    await apps.createNamespacedDaemonSet({ namespace: NS, body: ds('meshcap') });
+    const v = await daemonSetVerdict(kc, NS, 'meshcap');
+    expect(v).toMatchObject({ remove: false });
+    expect(v.why).toMatch(/still exists/);
+  });
+  it('removes it while the DaemonSet is being deleted (foreground: deletionTimestamp, the GC has not finished)', async () => {
+    await apps.deleteNamespacedDaemonSet({ namespace: NS, name: 'meshcap', body: { propagationPolicy: 'Foreground' } });
+    // no garbage collector runs in this control plane: the object stays with its finalizer
+    const obj = await apps.readNamespacedDaemonSet({ namespace: NS, name: 'meshcap' });
+    expect(obj.metadata?.deletionTimestamp).toBeDefined();
+    const v = await daemonSetVerdict(kc, NS, 'meshcap');
+    expect(v).toMatchObject({ remove: true });
+    expect(v.why).toMatch(/being deleted/);
+  });
+  it('removes it when the DaemonSet is gone (kubectl delete, helm uninstall)', async () => {
+    const v = await daemonSetVerdict(kc, NS, 'never-existed');
+    expect(v).toMatchObject({ remove: true });
+    expect(v.why).toMatch(/no longer exists/);
+  });
+  it('keeps it when the API server cannot answer (unreachable): a stale entry fails loudly, a wrong removal would not', async () => {
+    const off = new KubeConfig();
+    off.loadFromOptions({
+      clusters: [{ name: 'x', server: 'https://127.0.0.1:1', skipTLSVerify: true }],
+      users: [{ name: 'u', token: 't' }], contexts: [{ name: 'x', cluster: 'x', user: 'u' }], currentContext: 'x',
+    });
+    const v = await daemonSetVerdict(off, NS, 'meshcap', 3000);
+    expect(v).toMatchObject({ remove: false });
+    expect(v.why).toMatch(/cannot read DaemonSet/);
+  });
+});
+
+describe('repair actions through ApiSource', () => {
+  let src: ApiSource;
+  beforeAll(async () => {
+    src = new ApiSource({ kubeConfig: kc, nodeName: 'node-1', logger: pino({ level: 'silent' }) });
+    await src.start();
+  });
+  afterAll(async () => {
+    await src?.stop();
+  });
+
+  it('posts a Warning Event, labels the pod, and deletes it only while it is the same pod (UID precondition)', async () => {
+    const pod = await core.createNamespacedPod({ namespace: 'shop', body: { metadata: { name: 'late' }, spec: { nodeName: 'node-1', automountServiceAccountToken: false, containers: [{ name: 'app', image: 'registry.invalid/app:1' }] } } });
+    await src.podEvent('shop', 'late', 'Warning', 'MeshcapRepaired', 'pod shop/late was running without meshcap capture');
+    const events = await core.listNamespacedEvent({ namespace: 'shop' });
+    expect(events.items.map((e) => [e.reason, e.type, e.involvedObject.name])).toContainEqual(['MeshcapRepaired', 'Warning', 'late']);
+    await src.labelPod('shop', 'late', { 'meshcap.io/uncaptured': 'true' });
+    expect((await core.readNamespacedPod({ namespace: 'shop', name: 'late' })).metadata?.labels).toMatchObject({ 'meshcap.io/uncaptured': 'true' });
+    await expect(src.deletePod('shop', 'late', 'another-uid')).rejects.toMatchObject({ code: 409 });
+    await src.deletePod('shop', 'late', pod.metadata!.uid);
+    const after = await core.readNamespacedPod({ namespace: 'shop', name: 'late' }).catch((e: { code?: number }) => e.code);
+    // deleted, or terminating (no kubelet confirms it here)
+    expect(after === 404 || (typeof after === 'object' && after.metadata?.deletionTimestamp !== undefined)).toBe(true);
+  });
+});
