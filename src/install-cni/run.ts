@@ -13,7 +13,7 @@ import type { Logger } from 'pino';
 import { startHttpEndpoint, type HttpEndpoint } from '../agent/http.js';
 import type { MeshcapEntry } from './config.js';
 import { CniInstaller, uninstallCni } from './installer.js';
-import { daemonSetVerdict, type OwnerVerdict } from './owner.js';
+import { DaemonSetWatch, terminationVerdict, type OwnerVerdict } from './owner.js';
 
 export interface InstallCniRun {
   confDir: string;
@@ -76,13 +76,18 @@ export async function runInstallCni(o: InstallCniRun, signal: Promise<string>): 
     onBinaryRestore: (dir) => metrics.binaryRestores.inc({ dir }),
   });
   let http: HttpEndpoint | undefined;
+  let watch: DaemonSetWatch | undefined;
   try {
+    if (o.daemonSet) {
+      watch = new DaemonSetWatch(o.daemonSet.kubeConfig(), o.daemonSet.namespace, o.daemonSet.name, log.child({ component: 'install-cni' }));
+      await watch.start();
+    }
     if (o.metricsAddr) http = await startHttpEndpoint(o.metricsAddr, metrics.registry, () => installer!.notReady());
     installer.start();
     const sig = await signal;
     installer.stop();
     let verdict: OwnerVerdict = { remove: false, why: 'no --daemonset given: the CNI entry and binary stay (run the uninstall Job to remove them)' };
-    if (o.daemonSet) verdict = await daemonSetVerdict(o.daemonSet.kubeConfig(), o.daemonSet.namespace, o.daemonSet.name);
+    if (o.daemonSet) verdict = await terminationVerdict(o.daemonSet.kubeConfig(), o.daemonSet.namespace, o.daemonSet.name, watch);
     if (verdict.remove) {
       const r = uninstallCni({ confDir: o.confDir, binDirs: o.binDirs, logger: log });
       log.info({ signal: sig, why: verdict.why, files: r.files, binaries: r.binaries }, 'install-cni stopping: meshcap removed from the CNI chain');
@@ -91,6 +96,7 @@ export async function runInstallCni(o: InstallCniRun, signal: Promise<string>): 
     }
     return { removed: verdict.remove, verdict };
   } finally {
+    watch?.stop();
     installer.stop();
     await http?.close();
   }

@@ -5,10 +5,11 @@
 //   repair's actions through ApiSource: a Warning Event, the uncaptured label,
 //   a delete with the pod's UID as precondition.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AppsV1Api, CoreV1Api, KubeConfig, type V1DaemonSet } from '@kubernetes/client-node';
+import { AppsV1Api, CoreV1Api, KubeConfig, RbacAuthorizationV1Api, type V1DaemonSet, type V1Role, type V1RoleBinding } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import { ApiSource } from '../../src/kube/api-source.js';
-import { daemonSetVerdict } from '../../src/install-cni/owner.js';
+import { daemonSetVerdict, DaemonSetWatch, terminationVerdict } from '../../src/install-cni/owner.js';
+import { render } from '../helpers/chart.js';
 import { ControlPlane, controlPlaneBuilt } from '../helpers/k8s-control-plane.js';
 
 if (!controlPlaneBuilt()) throw new Error('build/k8s/bin is missing kube-apiserver/etcd/etcdctl: run `npm run setup` (scripts/build-k8s.sh builds them)');
@@ -71,6 +72,50 @@ describe('install-cni on SIGTERM: remove the CNI entry only when the DaemonSet g
     const v = await daemonSetVerdict(off, NS, 'meshcap', 3000);
     expect(v).toMatchObject({ remove: false });
     expect(v.why).toMatch(/cannot read DaemonSet/);
+  });
+});
+
+describe('a whole-release delete: the Role goes too, the open watch still tells', () => {
+  it('with the chart\'s own Role, the watch sees the DaemonSet deleted after its RoleBinding was; a GET at SIGTERM would get 403', async () => {
+    const rbac = kc.makeApiClient(RbacAuthorizationV1Api);
+    const objs = render([]);
+    await rbac.createNamespacedRole({ namespace: NS, body: objs.find((o) => o.kind === 'Role') as V1Role });
+    await rbac.createNamespacedRoleBinding({ namespace: NS, body: objs.find((o) => o.kind === 'RoleBinding') as V1RoleBinding });
+    await apps.createNamespacedDaemonSet({ namespace: NS, body: ds('meshcap') }).catch(async () => {
+      // left by the foreground test above: finish that delete first
+      await apps.patchNamespacedDaemonSet({ namespace: NS, name: 'meshcap', body: [{ op: 'remove', path: '/metadata/finalizers' }] });
+      await new Promise((r) => setTimeout(r, 200));
+      await apps.createNamespacedDaemonSet({ namespace: NS, body: ds('meshcap') });
+    });
+    // install-cni's identity: the chart's service account (x509 CN = its user name)
+    const sa = new KubeConfig();
+    sa.loadFromFile(cp.issueClient('meshcap-sa', { cn: `system:serviceaccount:${NS}:meshcap`, o: 'system:serviceaccounts' }));
+    const log = pino({ level: 'silent' });
+    const watch = new DaemonSetWatch(sa, NS, 'meshcap', log);
+    await watch.start();
+    try {
+      for (let i = 0; watch.state !== 'present'; i++) {
+        if (i > 100) throw new Error(`watch state ${watch.state}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(await daemonSetVerdict(sa, NS, 'meshcap')).toMatchObject({ remove: false });
+      // the release goes in the worst order: RBAC first, then the DaemonSet
+      await rbac.deleteNamespacedRoleBinding({ namespace: NS, name: 'meshcap' });
+      await rbac.deleteNamespacedRole({ namespace: NS, name: 'meshcap' });
+      await apps.deleteNamespacedDaemonSet({ namespace: NS, name: 'meshcap' });
+      for (let i = 0; watch.state !== 'deleted'; i++) {
+        if (i > 100) throw new Error(`watch state ${watch.state}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const get = await daemonSetVerdict(sa, NS, 'meshcap');
+      expect(get).toMatchObject({ remove: false });
+      expect(get.why).toMatch(/HTTP 403/);
+      const v = await terminationVerdict(sa, NS, 'meshcap', watch);
+      expect(v).toMatchObject({ remove: true });
+      expect(v.why).toMatch(/seen by the watch/);
+    } finally {
+      watch.stop();
+    }
   });
 });
 

@@ -86,7 +86,7 @@ describe.each(Object.entries(VALUE_SETS))('helm template (%s)', (_name, args) =>
     expect(new Set(rules.flatMap((r) => r.resources))).toEqual(new Set(['pods', 'events']));
     expect(rules.every((r) => !r.verbs.includes('*') && !r.resources.includes('*'))).toBe(true);
     const role = byKind(objs, 'Role')[0]!.rules;
-    expect(role).toEqual([{ apiGroups: ['apps'], resources: ['daemonsets'], resourceNames: ['meshcap'], verbs: ['get'] }]);
+    expect(role).toEqual([{ apiGroups: ['apps'], resources: ['daemonsets'], resourceNames: ['meshcap'], verbs: ['get', 'watch'] }]);
     expect(arg(container(objs, 'install-cni'), '--daemonset')).toBe('meshcap-system/meshcap');
   });
 
