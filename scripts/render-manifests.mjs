@@ -2,7 +2,7 @@
 // Renders the Helm chart's defaults into the plain manifests:
 //   deploy/meshcap.yaml                 (kubectl apply -f)
 //   deploy/kustomize/base/meshcap.yaml  (the kustomize base's one resource)
-// test/unit/deploy/manifests.test.ts fails when either differs from a fresh
+// test/k8s/deploy-chart.test.ts fails when either differs from a fresh
 // render, so the chart stays the one source. `--check` only compares.
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';

@@ -54,6 +54,6 @@ node scripts/build.mjs
 bash scripts/build-k8s.sh
 
 # helm and kustomize from their Go modules into build/helm/bin/ for the chart
-# tests (test/unit/deploy/, test/k8s/deploy-manifests.test.ts); nothing when
+# tests (test/k8s/deploy-chart.test.ts, deploy-manifests.test.ts); nothing when
 # already built, about 4 minutes the first time
 bash scripts/build-helm.sh

@@ -1,5 +1,5 @@
 // The Helm chart rendered by the helm scripts/build-helm.sh builds from its Go
-// module, for the deploy tests (test/unit/deploy/, test/k8s/deploy-manifests).
+// module, for the deploy tests (test/k8s/deploy-chart.test.ts, test/k8s/deploy-manifests).
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';

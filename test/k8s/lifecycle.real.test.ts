@@ -92,10 +92,11 @@ describe('a whole-release delete: the Role goes too, the open watch still tells'
     sa.loadFromFile(cp.issueClient('meshcap-sa', { cn: `system:serviceaccount:${NS}:meshcap`, o: 'system:serviceaccounts' }));
     const log = pino({ level: 'silent' });
     const watch = new DaemonSetWatch(sa, NS, 'meshcap', log);
+    const state = () => watch.state; // read afresh each time (the watch changes it)
     await watch.start();
     try {
-      for (let i = 0; watch.state !== 'present'; i++) {
-        if (i > 100) throw new Error(`watch state ${watch.state}`);
+      for (let i = 0; state() !== 'present'; i++) {
+        if (i > 100) throw new Error(`watch state ${state()}`);
         await new Promise((r) => setTimeout(r, 50));
       }
       expect(await daemonSetVerdict(sa, NS, 'meshcap')).toMatchObject({ remove: false });
@@ -103,8 +104,8 @@ describe('a whole-release delete: the Role goes too, the open watch still tells'
       await rbac.deleteNamespacedRoleBinding({ namespace: NS, name: 'meshcap' });
       await rbac.deleteNamespacedRole({ namespace: NS, name: 'meshcap' });
       await apps.deleteNamespacedDaemonSet({ namespace: NS, name: 'meshcap' });
-      for (let i = 0; watch.state !== 'deleted'; i++) {
-        if (i > 100) throw new Error(`watch state ${watch.state}`);
+      for (let i = 0; state() !== 'deleted'; i++) {
+        if (i > 100) throw new Error(`watch state ${state()}`);
         await new Promise((r) => setTimeout(r, 50));
       }
       const get = await daemonSetVerdict(sa, NS, 'meshcap');

@@ -4,15 +4,17 @@
 // containers' args and RBAC, and the plain manifests (deploy/meshcap.yaml, the
 // kustomize base) equal to the default render. The same renders go through a
 // real kube-apiserver's server-side dry-run in test/k8s/deploy-manifests.test.ts.
+// In the k8s project, not the unit one: like the control plane, helm and
+// kustomize are Go builds that setup makes (scripts/build-helm.sh).
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { describe, expect, it } from 'vitest';
-import { projectRoot } from '../../../src/paths.js';
+import { projectRoot } from '../../src/paths.js';
 // @ts-expect-error a plain .mjs script without types
-import { renderPlain, TARGETS } from '../../../scripts/render-manifests.mjs';
-import { KUSTOMIZE, render, requireChartTools, VALUE_SETS, type Obj } from '../../helpers/chart.js';
+import { renderPlain, TARGETS } from '../../scripts/render-manifests.mjs';
+import { KUSTOMIZE, render, requireChartTools, VALUE_SETS, type Obj } from '../helpers/chart.js';
 
 requireChartTools();
 
