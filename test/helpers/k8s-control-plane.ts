@@ -5,6 +5,9 @@
 // one temp dir that stop() removes; the processes are also killed when the
 // test process exits, is interrupted (SIGINT/SIGTERM), or dies outright
 // (setpriv --pdeathsig SIGKILL), so no etcd or kube-apiserver outlives a run.
+// startControllers() adds kube-controller-manager and kube-scheduler (built by
+// `scripts/build-k8s.sh --node`), each with its own client certificate; the
+// node itself (containerd, kubelet) is test/helpers/k8s-node.ts.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { createWriteStream, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpsRequest } from 'node:https';
@@ -26,6 +29,8 @@ export function controlPlaneBuilt(): boolean {
 export interface ControlPlaneOptions {
   /** Extra kube-apiserver flags (appended; a later flag wins). */
   apiserverArgs?: string[];
+  /** --authorization-mode (a list flag: repeating it is an error); default RBAC. A node needs Node,RBAC. */
+  authorizationMode?: string;
   /** Keep the temp dir after stop() (also: MESHCAP_K8S_KEEP=1). */
   keep?: boolean;
 }
@@ -121,9 +126,15 @@ function makePki(dir: string): void {
   ossl('rsa', '-in', 'sa.key', '-pubout', '-out', 'sa.pub');
 }
 
-interface Proc {
+export interface Proc {
   child: ChildProcess;
   exited: Promise<number | null>;
+}
+
+/** An X.509 client identity: CN is the user, O the groups. */
+export interface Identity {
+  cn: string;
+  o?: string;
 }
 
 export class ControlPlane {
@@ -135,6 +146,8 @@ export class ControlPlane {
   readonly startTimes: Record<string, number> = {};
   private etcd: Proc | undefined;
   private apiserver: Proc | undefined;
+  /** kube-controller-manager, kube-scheduler, and whatever a node helper starts: stopped (last first) before the API server. */
+  private readonly components: { name: string; proc: Proc }[] = [];
   private readonly opts: ControlPlaneOptions;
   private etcdPeerUrl = '';
 
@@ -188,13 +201,15 @@ export class ControlPlane {
     return kc;
   }
 
-  private spawnLogged(name: string, bin: string, args: string[]): Proc {
+  /** Starts build/k8s/bin/BIN (or an absolute path) logging to DIR/NAME.log. */
+  spawnLogged(name: string, bin: string, args: string[], env?: NodeJS.ProcessEnv): Proc {
     const log = createWriteStream(path.join(this.dir, `${name}.log`), { flags: 'a' });
     // setpriv --pdeathsig: the component dies with the test process even if
     // that is SIGKILLed and its exit hooks never run; nice: npm test runs
     // this beside privileged test files that have deadlines
-    const child = spawn('nice', ['-n', '10', 'setpriv', '--pdeathsig', 'SIGKILL', '--', path.join(K8S_BIN, bin), ...args], {
+    const child = spawn('nice', ['-n', '10', 'setpriv', '--pdeathsig', 'SIGKILL', '--', path.isAbsolute(bin) ? bin : path.join(K8S_BIN, bin), ...args], {
       stdio: ['ignore', 'pipe', 'pipe'],
+      ...(env ? { env } : {}),
     });
     child.stdout!.pipe(log, { end: false });
     child.stderr!.pipe(log, { end: false });
@@ -253,7 +268,7 @@ export class ControlPlane {
       '--tls-cert-file', p('apiserver.crt'),
       '--tls-private-key-file', p('apiserver.key'),
       '--client-ca-file', p('ca.crt'),
-      '--authorization-mode', 'RBAC',
+      '--authorization-mode', this.opts.authorizationMode ?? 'RBAC',
       '--service-account-issuer', 'https://kubernetes.default.svc',
       '--service-account-key-file', p('sa.pub'),
       '--service-account-signing-key-file', p('sa.key'),
@@ -299,7 +314,105 @@ export class ControlPlane {
     return rev;
   }
 
+  /**
+   * A client certificate signed by the run's CA (pki/NAME.crt, NAME.key) and a
+   * kubeconfig using it (returned path), for a component or a user.
+   */
+  issueClient(name: string, id: Identity): string {
+    const ossl = (...args: string[]) => execFileSync('openssl', args, { cwd: this.pki, stdio: ['ignore', 'ignore', 'pipe'] });
+    const subj = `${id.o ? `/O=${id.o}` : ''}/CN=${id.cn}`;
+    writeFileSync(path.join(this.pki, `${name}.ext`), 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n');
+    ossl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', subj);
+    ossl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial',
+      '-days', '2', '-out', `${name}.crt`, '-extfile', `${name}.ext`);
+    const file = path.join(this.dir, `${name}.kubeconfig`);
+    writeFileSync(file, [
+      'apiVersion: v1', 'kind: Config',
+      `clusters: [{name: test, cluster: {server: "${this.apiserverUrl}", certificate-authority: "${this.caFile}"}}]`,
+      `users: [{name: ${name}, user: {client-certificate: "${path.join(this.pki, `${name}.crt`)}", client-key: "${path.join(this.pki, `${name}.key`)}"}}]`,
+      `contexts: [{name: test, context: {cluster: test, user: ${name}}}]`,
+      'current-context: test', '',
+    ].join('\n'));
+    return file;
+  }
+
+  /** A serving certificate for 127.0.0.1 and the given IPs (pki/NAME.crt, NAME.key). */
+  issueServing(name: string, cn: string, ips: string[]): { cert: string; key: string } {
+    const ossl = (...args: string[]) => execFileSync('openssl', args, { cwd: this.pki, stdio: ['ignore', 'ignore', 'pipe'] });
+    writeFileSync(path.join(this.pki, `${name}.ext`), 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n' +
+      `subjectAltName=${['127.0.0.1', ...ips].map((ip) => `IP:${ip}`).join(',')},DNS:localhost\n`);
+    ossl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${cn}`);
+    ossl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial',
+      '-days', '2', '-out', `${name}.crt`, '-extfile', `${name}.ext`);
+    return { cert: path.join(this.pki, `${name}.crt`), key: path.join(this.pki, `${name}.key`) };
+  }
+
+  /**
+   * Starts a component that stop() ends (last started, first stopped, before
+   * the API server) and waits until ready() holds.
+   */
+  async startComponent(name: string, bin: string, args: string[], ready: () => Promise<boolean>, opts: { timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<Proc> {
+    const t0 = Date.now();
+    const proc = this.spawnLogged(name, bin, args, opts.env);
+    this.components.push({ name, proc });
+    await this.waitReady(name, proc, path.join(this.dir, `${name}.log`), ready, opts.timeoutMs ?? 60_000);
+    this.startTimes[name] = Date.now() - t0;
+    return proc;
+  }
+
+  /** Ends one component started by startComponent (SIGTERM, SIGKILL after 10 s). */
+  async stopComponent(name: string, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+    const i = this.components.findIndex((c) => c.name === name);
+    if (i < 0) return;
+    const [c] = this.components.splice(i, 1);
+    await killProc(c!.proc, signal);
+  }
+
+  /**
+   * kube-controller-manager and kube-scheduler, each with its own identity
+   * (system:kube-controller-manager, system:kube-scheduler: the bootstrap RBAC
+   * roles), serving on 127.0.0.1 only. The controller manager signs nothing;
+   * it creates the default service accounts and publishes kube-root-ca.crt
+   * (projected service-account volumes need it), runs the DaemonSet, node
+   * lifecycle and garbage-collector controllers.
+   */
+  async startControllers(): Promise<void> {
+    const kcm = this.issueClient('kube-controller-manager', { cn: 'system:kube-controller-manager' });
+    const sched = this.issueClient('kube-scheduler', { cn: 'system:kube-scheduler' });
+    const healthz = (port: number) => async () => (await httpsGetInsecure(port, '/healthz')).trim() === 'ok';
+    const kcmPort = await freePort();
+    await this.startComponent('kube-controller-manager', 'kube-controller-manager', [
+      '--kubeconfig', kcm,
+      '--authentication-kubeconfig', kcm,
+      '--authorization-kubeconfig', kcm,
+      '--bind-address', '127.0.0.1',
+      '--secure-port', String(kcmPort),
+      '--cert-dir', path.join(this.dir, 'kcm-certs'),
+      '--leader-elect=false',
+      '--root-ca-file', this.caFile,
+      '--service-account-private-key-file', path.join(this.pki, 'sa.key'),
+      // each controller as its own service account (system:controller:*), as kubeadm runs it
+      '--use-service-account-credentials=true',
+      '--controllers', '*',
+      '--profiling=false',
+      '--v', '1',
+    ], healthz(kcmPort));
+    const schedPort = await freePort();
+    await this.startComponent('kube-scheduler', 'kube-scheduler', [
+      '--kubeconfig', sched,
+      '--authentication-kubeconfig', sched,
+      '--authorization-kubeconfig', sched,
+      '--bind-address', '127.0.0.1',
+      '--secure-port', String(schedPort),
+      '--cert-dir', path.join(this.dir, 'scheduler-certs'),
+      '--leader-elect=false',
+      '--profiling=false',
+      '--v', '1',
+    ], healthz(schedPort));
+  }
+
   async stop(): Promise<void> {
+    for (const c of this.components.splice(0).reverse()) await killProc(c.proc, 'SIGTERM');
     const procs = [this.apiserver, this.etcd].filter((p): p is Proc => !!p);
     this.apiserver = undefined;
     this.etcd = undefined;
@@ -347,6 +460,17 @@ async function killProc(p: Proc, signal: NodeJS.Signals): Promise<void> {
   const t = setTimeout(() => p.child.kill('SIGKILL'), 10_000);
   await p.exited;
   clearTimeout(t);
+}
+
+/** GET https://127.0.0.1:PORT/PATH without verifying the (self-signed) serving certificate. */
+function httpsGetInsecure(port: number, urlPath: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest({ host: '127.0.0.1', port, path: urlPath, method: 'GET', rejectUnauthorized: false, timeout: 2000 }, (res) => {
+      let body = '';
+      res.setEncoding('utf8').on('data', (d: string) => { body += d; }).on('end', () => resolve(body));
+    });
+    req.on('timeout', () => req.destroy(new Error('timeout'))).on('error', reject).end();
+  });
 }
 
 function httpGet(url: string): Promise<string> {
