@@ -101,12 +101,13 @@ MC_INLINE enum mc_verdict mc_decide(__u64 netns, const struct mc_pod *pod, const
 
 /* Decide, remember the original destination, and return the new port (0: untouched). */
 MC_INLINE __u16 mc_connect(void *ctx, __u64 cookie, __u64 netns, const __u8 dst[16],
-			   const __u8 src[16], __u16 dport, bool tcp)
+			   const __u8 src[16], __u16 dport, bool tcp, struct mc_pod **podp)
 {
 	struct mc_pod *pod = mc_pod_of(netns);
 	struct mc_orig orig = {};
 	__u16 to;
 
+	*podp = pod;
 	if (!pod)
 		return 0;
 	switch (mc_decide(netns, pod, dst, src, dport, tcp)) {
@@ -142,6 +143,43 @@ MC_INLINE __u16 mc_connect(void *ctx, __u64 cookie, __u64 netns, const __u8 dst[
 	return to;
 }
 
+/*
+ * Source address as under REDIRECT: routing picked the pod's address for the
+ * original destination before NAT, so the app's getsockname() and the proxy's
+ * peer are the pod's address. Binding it before the rewrite to loopback keeps
+ * that (port 0: the port is picked at connect, as IP_BIND_ADDRESS_NO_PORT). A
+ * socket the app bound itself refuses (EINVAL) and keeps its own address.
+ */
+MC_INLINE void mc_bind_pod4(struct bpf_sock_addr *ctx, const struct mc_pod *pod)
+{
+	struct sockaddr_in sa = {};
+
+	if (pod->n_addr4 == 0)
+		return;
+	sa.sin_family = AF_INET;
+	__builtin_memcpy(&sa.sin_addr.s_addr, pod->addr4[0], 4);
+	bpf_bind(ctx, (struct sockaddr *)&sa, sizeof(sa));
+}
+
+MC_INLINE void mc_bind_pod6(struct bpf_sock_addr *ctx, const struct mc_pod *pod, bool v4mapped)
+{
+	struct sockaddr_in6 sa = {};
+	__u32 *w = (__u32 *)&sa.sin6_addr;
+
+	sa.sin6_family = AF_INET6;
+	if (v4mapped) {
+		if (pod->n_addr4 == 0)
+			return;
+		w[2] = bpf_htonl(0x0000ffff);
+		__builtin_memcpy(&w[3], pod->addr4[0], 4);
+	} else {
+		if (pod->n_addr6 == 0)
+			return;
+		__builtin_memcpy(w, pod->addr6[0], 16);
+	}
+	bpf_bind(ctx, (struct sockaddr *)&sa, sizeof(sa));
+}
+
 MC_INLINE bool mc_proto_ok(struct bpf_sock_addr *ctx, bool *tcp)
 {
 	*tcp = ctx->type == SOCK_STREAM && ctx->protocol == IPPROTO_TCP;
@@ -151,6 +189,7 @@ MC_INLINE bool mc_proto_ok(struct bpf_sock_addr *ctx, bool *tcp)
 SEC("cgroup/connect4")
 int mc_connect4(struct bpf_sock_addr *ctx)
 {
+	struct mc_pod *pod;
 	__u8 dst[16], src[16];
 	struct bpf_sock *sk = ctx->sk;
 	bool tcp;
@@ -161,8 +200,9 @@ int mc_connect4(struct bpf_sock_addr *ctx)
 	mc_v4mapped(dst, ctx->user_ip4);
 	mc_v4mapped(src, sk->src_ip4);
 	to = mc_connect(ctx, bpf_get_socket_cookie(ctx), bpf_get_netns_cookie(ctx), dst, src,
-			bpf_ntohs(ctx->user_port), tcp);
-	if (to) {
+			bpf_ntohs(ctx->user_port), tcp, &pod);
+	if (to && pod) {
+		mc_bind_pod4(ctx, pod);
 		ctx->user_ip4 = bpf_htonl(0x7f000001);
 		ctx->user_port = bpf_htons(to);
 	}
@@ -172,6 +212,7 @@ int mc_connect4(struct bpf_sock_addr *ctx)
 SEC("cgroup/connect6")
 int mc_connect6(struct bpf_sock_addr *ctx)
 {
+	struct mc_pod *pod;
 	__u8 dst[16], src[16];
 	struct bpf_sock *sk = ctx->sk;
 	bool tcp;
@@ -191,8 +232,9 @@ int mc_connect6(struct bpf_sock_addr *ctx)
 	((__u32 *)src)[2] = sk->src_ip6[2];
 	((__u32 *)src)[3] = sk->src_ip6[3];
 	to = mc_connect(ctx, bpf_get_socket_cookie(ctx), bpf_get_netns_cookie(ctx), dst, src,
-			bpf_ntohs(ctx->user_port), tcp);
-	if (to) {
+			bpf_ntohs(ctx->user_port), tcp, &pod);
+	if (to && pod) {
+		mc_bind_pod6(ctx, pod, mc_is_v4mapped(dst));
 		/* REDIRECT semantics: locally generated traffic goes to 127.0.0.1 / ::1;
 		 * a v4-mapped destination stays v4-mapped. */
 		if (mc_is_v4mapped(dst)) {

@@ -2,7 +2,9 @@
 /*
  * sockops (at the cgroup v2 root) and sk_msg:
  *  - TCP_CONNECT_CB on a redirected app socket: its source port is now bound,
- *    so move the original destination from the socket cookie to the tuple.
+ *    so move the original destination from the socket cookie to the tuple
+ *    (for the proxy) and into the socket's own storage (for the app's
+ *    getpeername/getsockname, peername.bpf.c).
  *  - PASSIVE_ESTABLISHED_CB on the proxy's accepted socket: claim that tuple's
  *    original destination into the socket's own storage (freed with it) for
  *    cgroup/getsockopt(SO_ORIGINAL_DST).
@@ -73,12 +75,16 @@ MC_INLINE void mc_on_connect(struct bpf_sock_ops *s)
 {
 	__u64 cookie = bpf_get_socket_cookie(s);
 	struct mc_orig *o = bpf_map_lookup_elem(&mc_sockorig, &cookie);
+	struct bpf_sock *sk = s->sk;
 	struct mc_tuple t = {};
 
 	if (!o)
 		return;
 	mc_tuple_of(s, o->netns, &t);
 	bpf_map_update_elem(&mc_origdst, &t, o, BPF_ANY);
+	/* The app's own view of its socket (peername.bpf.c) */
+	if (sk)
+		bpf_sk_storage_get(&mc_apporig, sk, o, BPF_SK_STORAGE_GET_F_CREATE);
 	bpf_map_delete_elem(&mc_sockorig, &cookie);
 }
 

@@ -171,6 +171,15 @@ struct {
 	__type(value, struct mc_orig);
 } mc_origdst SEC(".maps");
 
+/* A redirected app socket's original destination, for getpeername/getsockname
+ * (peername.bpf.c) to show what iptables REDIRECT shows: freed with the socket. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mc_orig);
+} mc_apporig SEC(".maps");
+
 /* The proxy's accepted socket owns its original destination: freed with the socket. */
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);

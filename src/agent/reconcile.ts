@@ -69,7 +69,9 @@ export interface ReconcileReport {
 export function nodeDatapathProblems(pinRoot: string, ebpf: EbpfBackend): string[] {
   const L = pinLayout(pinRoot);
   const problems: string[] = [];
-  for (const spec of NODE_OBJECTS) {
+  // Optional objects are not required: a kernel that refused one has no link
+  // for it, and that must not read as a lost datapath on every pass.
+  for (const spec of NODE_OBJECTS.filter((o) => !o.optional)) {
     for (const cp of spec.cgroup) if (!existsSync(L.link(cp.name))) problems.push(`link ${cp.name} is not pinned at ${L.link(cp.name)}`);
   }
   if (!ebpf.matchesPins()) problems.push(`the maps pinned under ${L.maps} are not the ones the agent holds (removed or recreated)`);

@@ -49,6 +49,17 @@ export const NODE_OBJECTS: ObjectSpec[] = [
       { name: 'mc_recvmsg6', attachType: 'CGROUP_UDP6_RECVMSG' },
     ],
   },
+  // The app's getpeername as under iptables REDIRECT (the original
+  // destination). Optional: the hooks are 5.8+, and without them only the
+  // app's view of its own socket's peer differs.
+  {
+    file: 'peername.bpf.o',
+    cgroup: [
+      { name: 'mc_getpeername4', attachType: 'CGROUP_INET4_GETPEERNAME' },
+      { name: 'mc_getpeername6', attachType: 'CGROUP_INET6_GETPEERNAME' },
+    ],
+    optional: true,
+  },
 ];
 
 /** Loaded once per meshed pod and attached to its netns (sk_lookup). */

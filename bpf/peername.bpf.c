@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * The app's view of a redirected socket, as iptables REDIRECT leaves it:
+ * connect() was rewritten to the proxy on loopback, but getpeername() must
+ * still return the original destination, not 127.0.0.1:15001. (getsockname()
+ * already shows the pod's address: outbound.bpf.c binds it before the
+ * rewrite.) TCP sockets carry their original destination in mc_apporig
+ * (sockops sets it); a connected UDP socket redirected to the DNS proxy has it
+ * in mc_dnsorig. Attached at the cgroup v2 root; optional (the cgroup
+ * getpeername hooks are 5.8+): without it only the app's getpeername differs.
+ */
+#include "mc_common.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+MC_INLINE struct mc_orig *mc_orig_of(struct bpf_sock_addr *ctx)
+{
+	struct bpf_sock *sk = ctx->sk;
+	__u64 cookie;
+
+	if (!sk)
+		return NULL;
+	if (ctx->type == SOCK_STREAM)
+		return bpf_sk_storage_get(&mc_apporig, sk, 0, 0);
+	cookie = bpf_get_socket_cookie(ctx);
+	return bpf_map_lookup_elem(&mc_dnsorig, &cookie);
+}
+
+SEC("cgroup/getpeername4")
+int mc_getpeername4(struct bpf_sock_addr *ctx)
+{
+	struct mc_orig *o = mc_orig_of(ctx);
+	__u32 a;
+
+	if (!o || o->family != 4)
+		return 1;
+	__builtin_memcpy(&a, o->addr + 12, 4);
+	ctx->user_ip4 = a;
+	ctx->user_port = bpf_htons(o->port);
+	return 1;
+}
+
+SEC("cgroup/getpeername6")
+int mc_getpeername6(struct bpf_sock_addr *ctx)
+{
+	struct mc_orig *o = mc_orig_of(ctx);
+	__u32 w[4];
+
+	if (!o)
+		return 1;
+	/* a v4 destination reached through an AF_INET6 socket stays v4-mapped */
+	__builtin_memcpy(w, o->addr, 16);
+	ctx->user_ip6[0] = w[0];
+	ctx->user_ip6[1] = w[1];
+	ctx->user_ip6[2] = w[2];
+	ctx->user_ip6[3] = w[3];
+	ctx->user_port = bpf_htons(o->port);
+	return 1;
+}
