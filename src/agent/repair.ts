@@ -53,7 +53,13 @@ export interface RepairDeps {
   onOutcome?(action: RepairMode, outcome: 'ok' | 'failed'): void;
   /** /proc (tests give another). */
   procRoot?: string;
+  /** pod UID -> when it was last acted on and failed: such a pod is retried (and reported) at most every retryMs. */
+  failedAt?: Map<string, number>;
+  retryMs?: number;
 }
+
+/** A pod that could not be repaired is retried (and gets another Event) at most this often. */
+export const REPAIR_RETRY_MS = 60_000;
 
 /** Meshed pods with an IP and no record (pure): the ones running without capture. */
 export function uncapturedPods(pods: readonly V1Pod[], records: readonly AttachmentRecord[], excludeNamespaces: readonly string[]): V1Pod[] {
@@ -93,10 +99,14 @@ export async function repairPods(d: RepairDeps): Promise<RepairOutcome[]> {
   if (d.mode === 'off') return [];
   const log = d.logger.child({ component: 'repair' });
   const out: RepairOutcome[] = [];
+  const now = Date.now();
   for (const pod of uncapturedPods(d.pods(), d.store.list(), d.excludeNamespaces)) {
     const ns = podNamespace(pod);
     const name = pod.metadata!.name!;
     const ref = `${ns}/${name}`;
+    const key = pod.metadata?.uid ?? ref;
+    const last = d.failedAt?.get(key);
+    if (last !== undefined && now - last < (d.retryMs ?? REPAIR_RETRY_MS)) continue;
     let r: RepairOutcome;
     try {
       r = { pod: ref, action: d.mode, outcome: 'ok', detail: await act(d, pod) };
@@ -104,6 +114,8 @@ export async function repairPods(d: RepairDeps): Promise<RepairOutcome[]> {
       r = { pod: ref, action: d.mode, outcome: 'failed', detail: causeOf(err) };
     }
     out.push(r);
+    if (r.outcome === 'failed') d.failedAt?.set(key, now);
+    else d.failedAt?.delete(key);
     d.onOutcome?.(r.action, r.outcome);
     if (r.outcome === 'ok') log.warn({ pod: ref, action: r.action, detail: r.detail }, 'meshed pod was running without capture: repaired');
     else log.error({ pod: ref, action: r.action, err: r.detail }, 'meshed pod runs without capture and could NOT be repaired: its traffic bypasses the sidecar');

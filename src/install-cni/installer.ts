@@ -46,9 +46,12 @@ export class CniInstaller {
   private stopped = false;
   private running = false;
   private again = false;
+  /** --conf-file; follows a .conf the installer turned into a .conflist. */
+  private confFile: string | undefined;
 
   constructor(private readonly o: InstallerOptions) {
     this.want = sha256(o.source);
+    this.confFile = o.confFile;
     this.log = o.logger.child({ component: 'install-cni' });
   }
 
@@ -71,7 +74,7 @@ export class CniInstaller {
       }
     }
     const files = readConfDir(this.o.confDir);
-    const primary = findPrimary(files, this.o.confFile);
+    const primary = findPrimary(files, this.confFile);
     let wrote: string | undefined;
     if (primary) {
       for (const s of primary.skipped) this.log.warn({ file: path.join(this.o.confDir, s.name), reason: s.reason }, 'CNI config skipped (the runtime skips it too)');
@@ -79,6 +82,7 @@ export class CniInstaller {
       if (edit.action !== 'unchanged') {
         writeAtomic(path.join(this.o.confDir, edit.name), edit.text);
         if (edit.remove) removeFile(path.join(this.o.confDir, edit.remove));
+        if (edit.remove && edit.remove === this.confFile) this.confFile = edit.name;
         wrote = edit.action;
         const file = path.join(this.o.confDir, edit.name);
         if (this.installedOnce) {
@@ -87,7 +91,7 @@ export class CniInstaller {
         } else this.log.info({ file, action: edit.action, ...(edit.remove ? { replaces: edit.remove } : {}) }, 'meshcap-cni chained last in the CNI config');
       }
     }
-    const chain = checkChain(readConfDir(this.o.confDir), this.o.entry, this.o.confFile);
+    const chain = checkChain(readConfDir(this.o.confDir), this.o.entry, this.confFile);
     if (chain.ok) this.installedOnce = true;
     if (chain.ok !== this.last.ok || chain.detail !== this.last.detail) {
       if (chain.ok) this.log.info({ file: chain.file }, 'ready: meshcap-cni is last in the CNI config the runtime uses');

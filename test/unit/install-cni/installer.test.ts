@@ -110,6 +110,17 @@ describe('CniInstaller in temp dirs', () => {
     expect(readdir()).toEqual(['10-mynet.conflist']);
   });
 
+  it('with --conf-file naming a .conf, follows it to the .conflist it becomes', () => {
+    writeFileSync(path.join(conf, '05-first.conflist'), bridgeList);
+    writeFileSync(path.join(conf, '50-mine.conf'), JSON.stringify({ cniVersion: '0.4.0', name: 'mine', type: 'ptp' }));
+    const { i } = installer({ confFile: '50-mine.conf' });
+    expect(i.sync()).toMatchObject({ wrote: 'converted', chain: { ok: true, file: '50-mine.conflist' } });
+    expect(i.sync()).toMatchObject({ chain: { ok: true } });
+    expect(i.sync().wrote).toBeUndefined();
+    // the runtime's own first file is untouched
+    expect(readFileSync(path.join(conf, '05-first.conflist'), 'utf8')).toBe(bridgeList);
+  });
+
   it('restores the binary within 1 s when it is removed or overwritten', async () => {
     writeFileSync(path.join(conf, '10-bridge.conflist'), bridgeList);
     const { i, counts } = installer({ resyncMs: 60_000 });
