@@ -125,7 +125,9 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       if (mode !== probe.mode) log.warn({ probe: probe.reasons, pinRoot: o.pinRoot }, 'the probe chose iptables mode, but the eBPF datapath is pinned: staying in eBPF mode');
     }
     if (mode === 'ebpf') {
-      await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice });
+      const loaded = await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice });
+      for (const w of loaded.orderWarnings) log.warn({ pinRoot: o.pinRoot, cgroup: loaded.cgroup }, w);
+      for (const u of loaded.unavailable) log.warn({ object: u.file, reason: u.reason }, `${u.file} refused by this kernel: its feature is off`);
       ebpf = new EbpfBackend(o.pinRoot);
     }
     datapathLoaded = true;

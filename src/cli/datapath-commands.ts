@@ -95,6 +95,7 @@ export function registerDatapathCommands(program: Command): void {
       for (const l of r.links) console.log(`${l.action.padEnd(8)} ${l.name.padEnd(14)} link ${l.linkId} prog ${l.progId} -> ${l.pin}`);
       for (const m of r.mapPrograms) console.log(`attached ${m.name.padEnd(14)} prog ${m.progId} -> map ${m.map}`);
       for (const u of r.unavailable) console.log(`unavailable ${u.file} (its feature is off on this kernel): ${u.reason}`);
+      for (const w of r.orderWarnings) console.log(`warning: ${w}`);
       console.log(`datapath loaded at ${r.cgroup} (pins under ${r.pinRoot})`);
       const restored = await restoreRecordedPods(o.pinRoot, o.stateDir);
       for (const l of restored.lines) console.log(l);

@@ -10,6 +10,7 @@ import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import { bpfFdKind, readFdinfo } from './fdinfo.js';
 import { NODE_OBJECTS, objectPath, pinLayout } from './manifest.js';
+import { cgroupPrograms, describeForeignBefore, foreignBefore } from './cgroup-order.js';
 import { cgroup2OrThrow, ensureBpffs } from './mounts.js';
 import { MAP, mcSettings, SettingsFlag } from '../maps/layout.js';
 
@@ -31,6 +32,8 @@ export interface LoadResult {
   mapPrograms: { name: string; map: string; progId: number }[];
   /** Optional objects this kernel refused, with the reason (their features are unavailable). */
   unavailable: { file: string; reason: string }[];
+  /** Foreign programs that run before meshcap's on connect4/6 (see cgroup-order.ts), one line each; empty when none. */
+  orderWarnings: string[];
 }
 
 /** A pin under our root that is not what meshcap would have put there. */
@@ -145,7 +148,9 @@ export async function loadDatapath(opts: { pinRoot: string; splice?: boolean; ob
   // change how the kernel reads them (FIONREAD): refuse instead.
   if (splice && noVerdict) throw new Error(`--splice: this kernel cannot load the splice's sk_msg program (${noVerdict.reason})`);
   setSplice(opts.pinRoot, splice);
-  return { pinRoot: opts.pinRoot, cgroup, links, mapPrograms, unavailable };
+  const ours = new Set(links.map((l) => l.progId));
+  const orderWarnings = foreignBefore(await cgroupPrograms(cgroup), ours).map(describeForeignBefore);
+  return { pinRoot: opts.pinRoot, cgroup, links, mapPrograms, unavailable, orderWarnings };
 }
 
 /** Turn the app<->proxy splice on or off (live, through the settings map). */
