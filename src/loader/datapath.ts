@@ -149,7 +149,13 @@ export async function loadDatapath(opts: { pinRoot: string; splice?: boolean; ob
   if (splice && noVerdict) throw new Error(`--splice: this kernel cannot load the splice's sk_msg program (${noVerdict.reason})`);
   setSplice(opts.pinRoot, splice);
   const ours = new Set(links.map((l) => l.progId));
-  const orderWarnings = foreignBefore(await cgroupPrograms(cgroup), ours).map(describeForeignBefore);
+  let orderWarnings: string[];
+  try {
+    orderWarnings = foreignBefore(await cgroupPrograms(cgroup), ours).map(describeForeignBefore);
+  } catch (e) {
+    // The datapath is loaded and works; only the order check could not run.
+    orderWarnings = [`could not check which programs run before meshcap's on connect4/6 at ${cgroup}: ${(e as Error).message}`];
+  }
   return { pinRoot: opts.pinRoot, cgroup, links, mapPrograms, unavailable, orderWarnings };
 }
 
