@@ -33,10 +33,13 @@ await run('make', ['-s', '-C', 'bpf', `OUT=${path.join(build, 'bpf')}`, `VMLINUX
 //     the commit this tree is at (none without git), in build/build-info.json.
 const { readFileSync, writeFileSync } = await import('node:fs');
 const pkgVersion = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')).version;
-const head = await execa('git', ['rev-parse', 'HEAD'], { cwd: root, reject: false });
+// An image build has no .git in its context: scripts/build-images.sh passes
+// the commit and dirty flag as MESHCAP_BUILD_COMMIT / MESHCAP_BUILD_DIRTY=1.
+const given = /^[0-9a-f]{40}$/.test(process.env.MESHCAP_BUILD_COMMIT ?? '') ? process.env.MESHCAP_BUILD_COMMIT : null;
+const head = given ? { exitCode: 0, stdout: given } : await execa('git', ['rev-parse', 'HEAD'], { cwd: root, reject: false });
 const commit = head.exitCode === 0 ? head.stdout.trim() : null;
-const dirty = commit !== null &&
-  (await execa('git', ['status', '--porcelain', '--untracked-files=no'], { cwd: root, reject: false })).stdout.trim() !== '';
+const dirty = commit !== null && (given ? process.env.MESHCAP_BUILD_DIRTY === '1' :
+  (await execa('git', ['status', '--porcelain', '--untracked-files=no'], { cwd: root, reject: false })).stdout.trim() !== '');
 const buildInfo = JSON.stringify({ version: pkgVersion, commit, dirty }) + '\n';
 const writeIfChanged = (file, text) => {
   if (!existsSync(file) || readFileSync(file, 'utf8') !== text) {

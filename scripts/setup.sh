@@ -18,6 +18,7 @@ PKGS=(
   socat haproxy         # haproxy: unmodified third-party SO_ORIGINAL_DST proxy in tests
   gnuplot-nox           # bench:datapath plot (docs/img); its load generator is C, built by cc from g++'s deps
 
+  debootstrap           # scripts/build-images.sh: the Debian trixie base of the images (no registry)
   podman runc containernetworking-plugins  # sandbox: real runtime, CNI backend (bridge + host-local); runc as crun fails on hybrid cgroups
   util-linux            # setpriv/unshare/nsenter
   python3               # SO_ORIGINAL_DST listener in the iptables traffic test
