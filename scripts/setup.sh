@@ -54,6 +54,11 @@ node scripts/build.mjs
 # pinned versions, about 10 minutes the first time (docs/kubernetes-e2e.md)
 bash scripts/build-k8s.sh
 
+# istio-iptables and istio-cni from one pinned istio.io/istio into build/istio/
+# for the differential tests against the real Istio (docs/istio-compat.md);
+# nothing when already built, about 5 minutes the first time
+bash scripts/build-peers.sh
+
 # helm and kustomize from their Go modules into build/helm/bin/ for the chart
 # tests (test/k8s/deploy-chart.test.ts, deploy-manifests.test.ts); nothing when
 # already built, about 4 minutes the first time
