@@ -23,6 +23,22 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
  * the pod's netns cookie set here. */
 const volatile __u64 mc_netns = 0;
 
+/* Any registered listener of the proxy: the kernel's reuseport selection
+ * after bpf_sk_assign spreads connections over the socket's whole group. */
+MC_INLINE struct bpf_sock *mc_listener(struct mc_listen_key *k)
+{
+	struct bpf_sock *sk;
+
+#pragma unroll
+	for (int i = 0; i < MC_LISTEN_SLOTS; i++) {
+		k->slot = i;
+		sk = bpf_map_lookup_elem(&mc_listen, k);
+		if (sk)
+			return sk;
+	}
+	return NULL;
+}
+
 SEC("sk_lookup")
 int mc_inbound(struct bpf_sk_lookup *ctx)
 {
@@ -71,10 +87,10 @@ int mc_inbound(struct bpf_sk_lookup *ctx)
 	k.netns = netns;
 	k.port = pod->inbound_port;
 	k.family = ctx->family == AF_INET ? 4 : 6;
-	sk = bpf_map_lookup_elem(&mc_listen, &k);
+	sk = mc_listener(&k);
 	if (!sk && ctx->family == AF_INET) {
 		k.family = 6; /* a dual-stack [::] listener takes v4 too */
-		sk = bpf_map_lookup_elem(&mc_listen, &k);
+		sk = mc_listener(&k);
 	}
 	/* Captured but no proxy listening: refuse rather than bypass the proxy,
 	 * as a REDIRECT to a closed port would. */

@@ -9,7 +9,8 @@
  *    original destination into the socket's own storage (freed with it) for
  *    cgroup/getsockopt(SO_ORIGINAL_DST).
  *  - TCP_LISTEN_CB: the proxy's inbound listener of a meshed pod goes into
- *    mc_listen for sk_lookup to steer inbound connections to it.
+ *    a free slot of mc_listen for sk_lookup to steer inbound connections to
+ *    it (every socket of a SO_REUSEPORT group has its own slot).
  *  - with the splice switch on, app<->proxy loopback sockets go into mc_splice
  *    (and their addresses into mc_splice_ref); splice.bpf.c's sk_msg program
  *    moves bytes between them without the TCP/IP stack when that is safe.
@@ -140,7 +141,14 @@ MC_INLINE void mc_on_listen(struct bpf_sock_ops *s)
 	k.netns = netns;
 	k.port = pod->inbound_port;
 	k.family = s->family == AF_INET ? 4 : 6;
-	bpf_sock_hash_update(s, &mc_listen, &k, BPF_ANY);
+	/* The first free slot: each socket of a reuseport group gets its own, and
+	 * a closed socket's slot (the sockhash drops it) is taken by the next. */
+#pragma unroll
+	for (int i = 0; i < MC_LISTEN_SLOTS; i++) {
+		k.slot = i;
+		if (bpf_sock_hash_update(s, &mc_listen, &k, BPF_NOEXIST) == 0)
+			return;
+	}
 }
 
 SEC("sockops")

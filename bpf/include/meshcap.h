@@ -19,7 +19,7 @@
 #define MC_MAX_PORTS 65536
 #define MC_MAX_CONNS 262144 /* in-flight connect->accept handoffs */
 #define MC_MAX_SPLICE 131072
-#define MC_MAX_LISTEN 32768
+#define MC_MAX_LISTEN 131072 /* MC_MAX_PODS x 2 families x MC_LISTEN_SLOTS */
 #define MC_POD_ADDRS 4
 
 /* mc_pod.flags */
@@ -109,11 +109,15 @@ struct mc_stats {
 	__u64 origdst;   /* SO_ORIGINAL_DST answered */
 };
 
+/* A proxy's inbound listeners: one slot per socket of a SO_REUSEPORT group
+ * (up to MC_LISTEN_SLOTS), so closing one of them leaves the others reachable. */
+#define MC_LISTEN_SLOTS 4
 struct mc_listen_key {
 	__u64 netns;
 	__u16 port;
 	__u8 family;
-	__u8 pad[5];
+	__u8 slot;
+	__u8 pad[4];
 };
 
 #define MC_S_SPLICE (1u << 0)

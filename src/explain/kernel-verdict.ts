@@ -8,7 +8,7 @@
 import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import { pinLayout } from '../loader/manifest.js';
-import { CidrKind, MAP, MC_CIDR_KEY_BITS, PodFlag, PortKind, mcCidrKey, mcListenKey, mcPod, mcPortKey, u64Key, type McPod } from '../maps/layout.js';
+import { CidrKind, MAP, MC_CIDR_KEY_BITS, MC_LISTEN_SLOTS, PodFlag, PortKind, mcCidrKey, mcListenKey, mcPod, mcPortKey, u64Key, type McPod } from '../maps/layout.js';
 import { parseAddr } from '../redirect/cidr.js';
 import type { Flow } from './explain.js';
 
@@ -72,7 +72,10 @@ export class PinnedPodMaps implements PodMapReader {
   }
 
   hasListener(netns: bigint, port: number, family: 4 | 6): boolean {
-    return bpf.mapLookup(this.fd(MAP.listen), mcListenKey.encode({ netns, port, family, pad: Buffer.alloc(5) }), 8) !== null;
+    for (let slot = 0; slot < MC_LISTEN_SLOTS; slot++) {
+      if (bpf.mapLookup(this.fd(MAP.listen), mcListenKey.encode({ netns, port, family, slot, pad: Buffer.alloc(4) }), 8) !== null) return true;
+    }
+    return false;
   }
 }
 

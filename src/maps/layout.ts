@@ -96,12 +96,15 @@ export const mcStats = defineStruct<McStats>('mc_stats', [
   { name: 'origdst', kind: 'u64' },
 ]);
 
-export interface McListenKey { netns: bigint; port: number; family: number; pad?: Buffer }
+/** Slots per (pod, family) in mc_listen: one per socket of a SO_REUSEPORT group (bpf/include/meshcap.h). */
+export const MC_LISTEN_SLOTS = 4;
+export interface McListenKey { netns: bigint; port: number; family: number; slot: number; pad?: Buffer }
 export const mcListenKey = defineStruct<McListenKey>('mc_listen_key', [
   { name: 'netns', kind: 'u64' },
   { name: 'port', kind: 'u16' },
   { name: 'family', kind: 'u8' },
-  { name: 'pad', kind: 'bytes', length: 5 },
+  { name: 'slot', kind: 'u8' },
+  { name: 'pad', kind: 'bytes', length: 4 },
 ]);
 
 export interface McSettings { flags: number; pad?: number }

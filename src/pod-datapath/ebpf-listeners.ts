@@ -9,7 +9,7 @@
 import { readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import path from 'node:path';
 import * as bpf from '../native/addon.js';
-import { MAP, mcListenKey } from '../maps/layout.js';
+import { MAP, MC_LISTEN_SLOTS, mcListenKey } from '../maps/layout.js';
 import { pinLayout } from '../loader/manifest.js';
 
 /** Processes by the network namespace they live in ("dev:ino" of /proc/<pid>/ns/net). */
@@ -111,18 +111,23 @@ export function refillPodListeners(opts: {
   let pidsOfNetns: number[] | undefined;
   const pidsOf = () => (pidsOfNetns ??= opts.processes().get(nsId(statSync(opts.netnsPath))) ?? []);
   const mapFd = bpf.objGet(path.join(pinLayout(opts.pinRoot).maps, MAP.listen));
+  const key = (family: 4 | 6, slot: number) => mcListenKey.encode({ netns: opts.netns, port: opts.port, family, slot, pad: Buffer.alloc(4) });
   try {
     for (const family of [4, 6] as const) {
-      const key = mcListenKey.encode({ netns: opts.netns, port: opts.port, family, pad: Buffer.alloc(5) });
-      if (bpf.mapLookup(mapFd, key, 8)) {
+      let present = false;
+      for (let slot = 0; slot < MC_LISTEN_SLOTS && !present; slot++) present = bpf.mapLookup(mapFd, key(family, slot), 8) !== null;
+      if (present) {
         res.present.push(family);
         continue;
       }
-      let done = false;
+      // Every listening socket on the port (a SO_REUSEPORT group has several),
+      // one slot each, as sockops fills them when the proxy calls listen().
+      let slot = 0;
       // Every process of the netns sees the same tables; the owner of the fd may be any of them.
       const pids = pidsOf();
       const sockets = pids.length ? parseListeners(readTable(pids[0]!, family === 4 ? 'tcp' : 'tcp6'), family, opts.port) : [];
       for (const s of sockets) {
+        if (slot >= MC_LISTEN_SLOTS) break;
         for (const pid of pids) {
           const fd = fdOfSocket(pid, s.inode);
           if (fd === null) continue;
@@ -130,16 +135,14 @@ export function refillPodListeners(opts: {
           try {
             const value = Buffer.alloc(8);
             value.writeBigUInt64LE(BigInt(mine));
-            bpf.mapUpdate(mapFd, key, value);
-            done = true;
+            bpf.mapUpdate(mapFd, key(family, slot++), value);
           } finally {
             bpf.closeFd(mine);
           }
           break;
         }
-        if (done) break;
       }
-      (done ? res.registered : res.none).push(family);
+      (slot > 0 ? res.registered : res.none).push(family);
     }
   } finally {
     bpf.closeFd(mapFd);
