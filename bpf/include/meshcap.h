@@ -19,7 +19,7 @@
 #define MC_MAX_PORTS 65536
 #define MC_MAX_CONNS 262144 /* in-flight connect->accept handoffs */
 #define MC_MAX_SPLICE 131072
-#define MC_MAX_LISTEN 131072 /* MC_MAX_PODS x 2 families x MC_LISTEN_SLOTS */
+#define MC_MAX_LISTEN 32768 /* sockets, not pods: a node runs far fewer than 16,384 pods x 2 families; unchanged so an upgrade reuses the pinned map */
 #define MC_POD_ADDRS 4
 
 /* mc_pod.flags */
