@@ -1,5 +1,5 @@
 // The cluster calls of issue 13 against a real kube-apiserver:
-//   install-cni's SIGTERM verdict (owner.ts): its DaemonSet present (rollout,
+//   install-cni's SIGTERM verdict (owner.ts), and runInstallCni end to end: its DaemonSet present (rollout,
 //   drain: keep the CNI entry), being deleted with foreground propagation
 //   (deletionTimestamp), gone (background delete), unreadable (no RBAC: keep);
 //   repair's actions through ApiSource: a Warning Event, the uncaptured label,
@@ -10,6 +10,10 @@ import { pino } from 'pino';
 import { ApiSource } from '../../src/kube/api-source.js';
 import { daemonSetVerdict, DaemonSetWatch, terminationVerdict } from '../../src/install-cni/owner.js';
 import { render } from '../helpers/chart.js';
+import { runInstallCni } from '../../src/install-cni/run.js';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { ControlPlane, controlPlaneBuilt } from '../helpers/k8s-control-plane.js';
 
 if (!controlPlaneBuilt()) throw new Error('build/k8s/bin is missing kube-apiserver/etcd/etcdctl: run `npm run setup` (scripts/build-k8s.sh builds them)');
@@ -116,6 +120,65 @@ describe('a whole-release delete: the Role goes too, the open watch still tells'
       expect(v.why).toMatch(/seen by the watch/);
     } finally {
       watch.stop();
+    }
+  });
+});
+
+describe('runInstallCni end to end: installs, then on the stop signal asks about its DaemonSet', () => {
+  const conflist = JSON.stringify({ cniVersion: '1.0.0', name: 'k8s', plugins: [{ type: 'bridge' }] }, null, 2);
+  const entry = { type: 'meshcap-cni' as const, agentSocket: '/var/run/meshcap/cni.sock' };
+  function dirs() {
+    const d = mkdtempSync(path.join(tmpdir(), 'meshcap-lifecycle-'));
+    mkdirSync(path.join(d, 'net.d'));
+    mkdirSync(path.join(d, 'bin'));
+    writeFileSync(path.join(d, 'net.d', '10-k8s.conflist'), conflist);
+    writeFileSync(path.join(d, 'src'), 'not really an executable');
+    return d;
+  }
+  async function runUntilStopped(d: string, name: string, beforeStop: () => Promise<void>) {
+    let stop!: (s: string) => void;
+    const signal = new Promise<string>((r) => (stop = r));
+    const done = runInstallCni({
+      confDir: path.join(d, 'net.d'), binDirs: [path.join(d, 'bin')], entry, source: path.join(d, 'src'),
+      logger: pino({ level: 'silent' }), daemonSet: { namespace: NS, name, kubeConfig: () => kc },
+    }, signal);
+    for (let i = 0; !readFileSync(path.join(d, 'net.d', '10-k8s.conflist'), 'utf8').includes('meshcap-cni'); i++) {
+      if (i > 100) throw new Error('never installed');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await new Promise((r) => setTimeout(r, 300)); // the DaemonSet watch is up
+    await beforeStop();
+    stop('SIGTERM');
+    return done;
+  }
+
+  it('a rollout (the DaemonSet stays): entry and binary stay', async () => {
+    const d = dirs();
+    try {
+      await apps.createNamespacedDaemonSet({ namespace: NS, body: ds('meshcap-roll') });
+      const r = await runUntilStopped(d, 'meshcap-roll', async () => undefined);
+      expect(r.removed).toBe(false);
+      expect(readFileSync(path.join(d, 'net.d', '10-k8s.conflist'), 'utf8')).toContain('meshcap-cni');
+      expect(existsSync(path.join(d, 'bin', 'meshcap-cni'))).toBe(true);
+    } finally {
+      rmSync(d, { recursive: true, force: true });
+    }
+  });
+
+  it('an uninstall (the DaemonSet deleted before the pod stops): the file is the primary CNI\'s again, the binary gone', async () => {
+    const d = dirs();
+    try {
+      await apps.createNamespacedDaemonSet({ namespace: NS, body: ds('meshcap-gone') });
+      const r = await runUntilStopped(d, 'meshcap-gone', async () => {
+        await apps.deleteNamespacedDaemonSet({ namespace: NS, name: 'meshcap-gone' });
+        await new Promise((res) => setTimeout(res, 300));
+      });
+      expect(r).toMatchObject({ removed: true });
+      expect(r.verdict.why).toMatch(/seen by the watch/);
+      expect(readFileSync(path.join(d, 'net.d', '10-k8s.conflist'), 'utf8')).toBe(conflist);
+      expect(existsSync(path.join(d, 'bin', 'meshcap-cni'))).toBe(false);
+    } finally {
+      rmSync(d, { recursive: true, force: true });
     }
   });
 });
