@@ -2,16 +2,17 @@
 // (over its CNI socket: reachable, version, ready, mode, uptime, pod source
 // synced) and the CNI chain (is meshcap-cni in the network config the
 // runtime uses, and last). Read-only; root is needed for the socket (0600).
-import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { queryAgentVersion, type AgentVersionAnswer } from '../cni/agent-query.js';
+import { findPrimary, type ConfFile } from '../install-cni/config.js';
+import { readConfDir } from '../install-cni/files.js';
 import { formatVersion, meshcapVersion } from '../version.js';
 
 export const DEFAULT_CNI_CONF_DIR = '/etc/cni/net.d';
 
 export interface ChainStatus {
   confDir: string;
-  /** The file the runtime uses: the first .conflist/.conf by name. */
+  /** The file the runtime uses: the first loadable .conf/.conflist/.json by name. */
   file: string | null;
   /** meshcap-cni's place in its plugins list; null when absent. */
   position: number | null;
@@ -30,35 +31,26 @@ export interface NodeHealth {
   chain: ChainStatus;
 }
 
-/** libcni's order: files sorted by name, the first valid one wins. */
+/** The file the runtime uses by libcni's rules (the ones install-cni follows: src/install-cni/config.ts) and meshcap-cni's place in it. */
 export function chainStatus(confDir: string): ChainStatus {
-  let names: string[];
+  let files: ConfFile[];
   try {
-    names = readdirSync(confDir).filter((n) => /\.(conflist|conf|json)$/.test(n)).sort();
+    files = readConfDir(confDir);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     return { confDir, file: null, position: null, plugins: [], ok: false, detail: code === 'ENOENT' ? `${confDir} does not exist` : `cannot read ${confDir}: ${code ?? (e as Error).message}` };
   }
-  for (const n of names) {
-    const file = path.join(confDir, n);
-    let conf: { plugins?: unknown; type?: unknown };
-    try {
-      conf = JSON.parse(readFileSync(file, 'utf8')) as typeof conf;
-    } catch {
-      continue; // libcni skips files it cannot parse
-    }
-    const plugins = Array.isArray(conf.plugins)
-      ? conf.plugins.map((p) => String((p as { type?: unknown })?.type ?? '?'))
-      : typeof conf.type === 'string' ? [conf.type] : [];
-    const at = plugins.indexOf('meshcap-cni');
-    const last = at >= 0 && at === plugins.length - 1;
-    return {
-      confDir, file, position: at >= 0 ? at : null, plugins, ok: last,
-      detail: at < 0 ? `meshcap-cni is not in ${file} (plugins: ${plugins.join(', ') || 'none'}): new pods are not captured`
-        : last ? `meshcap-cni is last in ${file}` : `meshcap-cni is in ${file} but not last (plugins: ${plugins.join(', ')}): it must see the final prevResult`,
-    };
-  }
-  return { confDir, file: null, position: null, plugins: [], ok: false, detail: `no CNI network config in ${confDir}` };
+  const primary = findPrimary(files);
+  if (!primary) return { confDir, file: null, position: null, plugins: [], ok: false, detail: `no CNI network config in ${confDir}` };
+  const file = path.join(confDir, primary.file.name);
+  const plugins = primary.loaded.plugins.map((p) => String(p.type ?? '?'));
+  const at = plugins.indexOf('meshcap-cni');
+  const last = at >= 0 && at === plugins.length - 1;
+  return {
+    confDir, file, position: at >= 0 ? at : null, plugins, ok: last,
+    detail: at < 0 ? `meshcap-cni is not in ${file} (plugins: ${plugins.join(', ') || 'none'}): new pods are not captured`
+      : last ? `meshcap-cni is last in ${file}` : `meshcap-cni is in ${file} but not last (plugins: ${plugins.join(', ')}): it must see the final prevResult`,
+  };
 }
 
 export async function collectNodeHealth(opts: { socket: string; cniConfDir: string; now?: number }): Promise<NodeHealth> {

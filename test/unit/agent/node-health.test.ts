@@ -15,6 +15,8 @@ const conflist = (...types: string[]) => JSON.stringify({ cniVersion: '1.0.0', n
 describe('chainStatus: the config the runtime uses (first by name) and meshcap-cni in it', () => {
   it('ok when meshcap-cni is last in the first parsable file', () => {
     writeFileSync(path.join(dir, '05-broken.conflist'), '{not json');
+    writeFileSync(path.join(dir, '06-empty.conflist'), conflist()); // no plugins: the runtime skips it too
+    writeFileSync(path.join(dir, '07-list.conf'), conflist('bridge')); // a .conf without "type": skipped
     writeFileSync(path.join(dir, '10-k8s.conflist'), conflist('bridge', 'portmap', 'meshcap-cni'));
     writeFileSync(path.join(dir, '20-other.conflist'), conflist('bridge'));
     expect(chainStatus(dir)).toMatchObject({ ok: true, position: 2, file: path.join(dir, '10-k8s.conflist'), detail: `meshcap-cni is last in ${path.join(dir, '10-k8s.conflist')}` });
