@@ -11,6 +11,7 @@
 //
 // Everything it makes (netns, pins, state, socket) is removed at the end,
 // also on Ctrl-C. Pods have no links: no traffic leaves any namespace.
+import { createStepProgress } from './lib/progress.mjs';
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -181,12 +182,16 @@ async function benchMode(mode) {
     }
     return ms;
   };
+  progress.step(`${mode}: ${N} ADDs, ${'unmeshed, sequential'}`);
   results.push({ mode, pod: 'unmeshed', concurrency: 1, ...(await timed(plain)) });
   // no inbound capture: no per-pod sk_lookup program to load (eBPF), no inbound rules (iptables)
+  progress.step(`${mode}: ${N} ADDs, ${'meshed outbound-only, sequential'}`);
   results.push({ mode, pod: 'meshed-out', concurrency: 1, ...(await timed(addOutOnly)) });
   await del('o', '-out');
+  progress.step(`${mode}: ${N} ADDs, ${'meshed, sequential'}`);
   results.push({ mode, pod: 'meshed', concurrency: 1, ...(await timed(() => add(1, 's'))) });
   await del('s');
+  progress.step(`${mode}: ${N} ADDs, ${`meshed, ${CONC} at once`}`);
   results.push({ mode, pod: 'meshed', concurrency: CONC, ...(await timed(() => add(CONC, 'c'))) });
   await del('c');
 
@@ -197,6 +202,7 @@ async function benchMode(mode) {
 }
 
 const loadBefore = os.loadavg();
+const progress = createStepProgress({ name: 'bench:cni', total: MODES.length * 4 });
 try {
   for (let i = 0; i < N; i++) {
     const ns = `mcbench-${id}-${i}`;
@@ -204,6 +210,7 @@ try {
     netns.push(ns);
   }
   for (const mode of MODES) await benchMode(mode);
+  progress.done();
   const f = (x) => x.toFixed(2).padStart(7);
   console.log(`meshcap-cni ADD, exec to exit, ${N} pods per row, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
   console.log(`${'mode'.padEnd(9)}${'pod'.padEnd(12)}${'conc'.padStart(5)}${'n'.padStart(6)}   p50 ms   p90 ms   p99 ms   max ms  ADD/s`);

@@ -29,6 +29,7 @@
 // C compiler, gnuplot for --plot. Everything it makes (netns, BPF pins, rules,
 // processes, temp files) is removed at the end, also on Ctrl-C. Addresses are
 // 198.18.k.0/24 on veth pairs between test namespaces, with no default route.
+import { createStepProgress } from './lib/progress.mjs';
 import { execFile, execFileSync, spawn } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
@@ -617,6 +618,7 @@ async function main() {
 
   const results = [];
   const t0 = Date.now();
+  const progress = createStepProgress({ name: 'bench:datapath', total: ROUNDS * tests.length * cells.length + (opt.profile ? cells.length : 0) });
   for (let round = 0; round < ROUNDS; round++) {
     for (const testName of tests) {
       for (const leg of legs) {
@@ -624,6 +626,7 @@ async function main() {
         // Rotate the order every round: no mode is always first after a test switch.
         const order = legCells.map((_, i) => legCells[(i + round) % legCells.length]);
         for (const cell of order) {
+          progress.step(`round ${round + 1}/${ROUNDS} ${testName} ${leg} leg, ${cell.mode}`);
           if (cell.kind === 'ebpf') setSplice(pinRoot, cell.mode === 'ebpf-splice');
           const r = await load(cell.pod.ns, cell.target.host, cell.target.port, testName);
           results.push({ round, leg, mode: cell.mode, testName, ...r });
@@ -638,11 +641,13 @@ async function main() {
   if (opt.profile) {
     profile = [];
     for (const cell of cells) {
+      progress.step(`profile ${opt.profile} ${cell.leg} leg, ${cell.mode}`);
       if (cell.kind === 'ebpf') setSplice(pinRoot, cell.mode === 'ebpf-splice');
       profile.push(await profileCell(cell, opt.profile));
     }
     if (datapathLoaded) setSplice(pinRoot, false);
   }
+  progress.done();
 
   const summary = summarize(results);
   const data = {

@@ -13,6 +13,7 @@
 //
 // Everything it makes (netns, pins, state dir) is removed at the end, also on
 // Ctrl-C. The namespaces have no links: no traffic leaves any of them.
+import { createStepProgress } from './lib/progress.mjs';
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -87,8 +88,10 @@ try {
     execFileSync('ip', ['netns', 'add', name]);
     made.push(name);
   }
+  const progress = createStepProgress({ name: 'bench:reconcile', total: MODES.length * SIZES.length });
   for (const mode of MODES) {
     for (const n of SIZES) {
+      progress.step(`${mode}, ${n} pods: register, lose the datapath, restart the agent`);
       const stateDir = path.join(tmp, `state-${mode}-${n}`);
       agent = await start(mode, stateDir);
       for (let i = 0; i < n; i++) {
@@ -115,13 +118,14 @@ try {
       if (steady.ok !== n) throw new Error(`${mode} ${n} pods: steady self-check found ${n - steady.ok} pods not ok`);
       const row = { mode, pods: n, startToReadyMs: Math.round(readyMs), reconcileMs: s.ms, perPodMs: +(s.ms / n).toFixed(2), steadySelfCheckMs: Math.round(steadyMs) };
       results.push(row);
-      console.log(`${mode.padEnd(8)} ${String(n).padStart(5)} pods: agent start -> ready (all restored) ${String(row.startToReadyMs).padStart(6)} ms; reconcile ${String(row.reconcileMs).padStart(6)} ms (${row.perPodMs} ms/pod); steady self-check ${String(row.steadySelfCheckMs).padStart(6)} ms`);
+      progress.log(`${mode.padEnd(8)} ${String(n).padStart(5)} pods: agent start -> ready (all restored) ${String(row.startToReadyMs).padStart(6)} ms; reconcile ${String(row.reconcileMs).padStart(6)} ms (${row.perPodMs} ms/pod); steady self-check ${String(row.steadySelfCheckMs).padStart(6)} ms`);
       // Next size starts from nothing.
       for (const r of agent.store.list()) await agent.handlers.del({ command: 'DEL', containerId: r.containerId, netns: r.netns, ifname: r.ifname, args: {}, podNamespace: r.podNamespace, podName: r.podName, cniVersion: '1.1.0', config: { cniVersion: '1.1.0', name: 'bench', type: 'meshcap-cni' } });
       await agent.close();
       agent = undefined;
     }
   }
+  progress.done();
   if (opt.json) writeFileSync(opt.json, JSON.stringify({ date: new Date().toISOString(), kernel: os.release(), cpus: os.cpus().length, results }, null, 1) + '\n');
 } finally {
   await cleanup();

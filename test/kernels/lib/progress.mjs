@@ -5,12 +5,9 @@
 // plain lines: one per event, one when a step starts and one when it ends,
 // each with the elapsed time, so a CI log reads as a timeline.
 
-/** @param {number} s */
-export function fmt(s) {
-  s = Math.max(0, Math.round(s));
-  const m = Math.floor(s / 60);
-  return m >= 60 ? `${Math.floor(m / 60)}h${String(m % 60).padStart(2, '0')}m` : m > 0 ? `${m}m${String(s % 60).padStart(2, '0')}s` : `${s}s`;
-}
+import { fmt } from '../../../scripts/lib/progress.mjs';
+
+export { fmt };
 
 /**
  * @param {{ write: (s: string) => void, tty: boolean, kernels: number, now?: () => number,
