@@ -21,6 +21,9 @@ interface InstallCniFlags {
   metricsAddr?: string;
   daemonset?: string;
   kubeconfig?: string;
+  removeNodeTaint?: string;
+  nodeName?: string;
+  agentReadyz: string;
   logLevel: string;
 }
 
@@ -41,7 +44,10 @@ export function registerInstallCniCommand(program: Command): void {
     .addOption(new Option('--exclude-namespaces <a,b>', 'excludeNamespaces written into the entry (passed through when the agent is unreachable)').default([...DEFAULT_EXCLUDE_NAMESPACES, 'meshcap-system'].join(',')))
     .option('--metrics-addr <host:port>', 'serve /healthz, /readyz (ready when the entry is in the active config) and /metrics here')
     .option('--daemonset <namespace/name>', 'the DaemonSet running this container: on SIGTERM the entry and binary are removed only when it is gone or being deleted')
-    .option('--kubeconfig <file>', 'kubeconfig for the --daemonset check (default: in-cluster)')
+    .option('--kubeconfig <file>', 'kubeconfig for the --daemonset check and --remove-node-taint (default: in-cluster)')
+    .option('--remove-node-taint <key>', 'remove this taint from the node once meshcap-cni is chained and the agent is ready (keeps pods off a node until meshcap can capture them)')
+    .option('--node-name <name>', 'this node, for --remove-node-taint (default: $NODE_NAME)')
+    .addOption(new Option('--agent-readyz <url>', 'the agent\'s /readyz, for --remove-node-taint').default('http://127.0.0.1:9964/readyz'))
     .addOption(new Option('--log-level <level>', 'pino log level').choices(['debug', 'info', 'warn', 'error']).default('info'))
     .addHelpText('after', examples(
       'meshcap install-cni --cni-conf-dir /host/etc/cni/net.d --cni-bin-dir /host/opt/cni/bin --metrics-addr :9965 --daemonset meshcap-system/meshcap',
@@ -83,7 +89,9 @@ export function registerInstallCniCommand(program: Command): void {
         process.once('SIGINT', () => resolve('SIGINT'));
       });
       let kubeConfig: (() => import('@kubernetes/client-node').KubeConfig) | undefined;
-      if (daemonSet) {
+      const nodeName = o.nodeName ?? process.env.NODE_NAME;
+      if (o.removeNodeTaint && !nodeName) throw new UsageError('--remove-node-taint needs --node-name or $NODE_NAME');
+      if (daemonSet || o.removeNodeTaint) {
         const { loadKubeConfig } = await import('../kube/api-source.js');
         kubeConfig = () => loadKubeConfig(o.kubeconfig);
       }
@@ -96,6 +104,7 @@ export function registerInstallCniCommand(program: Command): void {
         logger,
         ...(o.metricsAddr ? { metricsAddr: o.metricsAddr } : {}),
         ...(daemonSet && kubeConfig ? { daemonSet: { ...daemonSet, kubeConfig } } : {}),
+        ...(o.removeNodeTaint && kubeConfig && nodeName ? { taint: { key: o.removeNodeTaint, nodeName, agentReadyz: o.agentReadyz, kubeConfig } } : {}),
       }, signal);
     });
 }

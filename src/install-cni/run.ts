@@ -14,6 +14,7 @@ import { startHttpEndpoint, type HttpEndpoint } from '../agent/http.js';
 import type { MeshcapEntry } from './config.js';
 import { CniInstaller, uninstallCni } from './installer.js';
 import { DaemonSetWatch, terminationVerdict, type OwnerVerdict } from './owner.js';
+import { agentReady, TaintRemover } from './taint.js';
 
 export interface InstallCniRun {
   confDir: string;
@@ -26,6 +27,8 @@ export interface InstallCniRun {
   /** namespace/name of the DaemonSet that owns this pod (the uninstall decision); none: never remove on SIGTERM. */
   daemonSet?: { namespace: string; name: string; kubeConfig: () => KubeConfig };
   resyncMs?: number;
+  /** Remove this node taint once meshcap-cni is chained and the agent's /readyz answers 200 (taint.ts). */
+  taint?: { key: string; nodeName: string; agentReadyz: string; kubeConfig: () => KubeConfig };
 }
 
 export interface InstallCniMetrics {
@@ -77,6 +80,7 @@ export async function runInstallCni(o: InstallCniRun, signal: Promise<string>): 
   });
   let http: HttpEndpoint | undefined;
   let watch: DaemonSetWatch | undefined;
+  let taint: TaintRemover | undefined;
   try {
     if (o.daemonSet) {
       watch = new DaemonSetWatch(o.daemonSet.kubeConfig(), o.daemonSet.namespace, o.daemonSet.name, log.child({ component: 'install-cni' }));
@@ -84,7 +88,16 @@ export async function runInstallCni(o: InstallCniRun, signal: Promise<string>): 
     }
     if (o.metricsAddr) http = await startHttpEndpoint(o.metricsAddr, metrics.registry, () => installer!.notReady());
     installer.start();
+    if (o.taint) {
+      const t = o.taint;
+      taint = new TaintRemover({
+        kubeConfig: t.kubeConfig(), nodeName: t.nodeName, key: t.key, logger: log.child({ component: 'install-cni' }),
+        ready: async () => installer!.notReady() === undefined && (await agentReady(t.agentReadyz)),
+      });
+      taint.start();
+    }
     const sig = await signal;
+    taint?.stop();
     installer.stop();
     let verdict: OwnerVerdict = { remove: false, why: 'no --daemonset given: the CNI entry and binary stay (run the uninstall Job to remove them)' };
     if (o.daemonSet) verdict = await terminationVerdict(o.daemonSet.kubeConfig(), o.daemonSet.namespace, o.daemonSet.name, watch);
@@ -96,6 +109,7 @@ export async function runInstallCni(o: InstallCniRun, signal: Promise<string>): 
     }
     return { removed: verdict.remove, verdict };
   } finally {
+    taint?.stop();
     watch?.stop();
     installer.stop();
     await http?.close();

@@ -85,7 +85,9 @@ describe.each(Object.entries(VALUE_SETS))('helm template (%s)', (_name, args) =>
     const verbs = (res: string) => rules.filter((r) => r.resources.includes(res)).flatMap((r) => r.verbs).sort();
     expect(verbs('pods')).toEqual(['get', 'list', 'watch', ...(repair === 'label' ? ['patch'] : repair === 'delete' ? ['delete'] : [])].sort());
     expect(verbs('events')).toEqual(['create']);
-    expect(new Set(rules.flatMap((r) => r.resources))).toEqual(new Set(['pods', 'events']));
+    const taint = args.includes('nodeTaint=meshcap.io/not-ready');
+    expect(new Set(rules.flatMap((r) => r.resources))).toEqual(new Set(['pods', 'events', ...(taint ? ['nodes'] : [])]));
+    expect(verbs('nodes')).toEqual(taint ? ['get', 'patch'] : []);
     expect(rules.every((r) => !r.verbs.includes('*') && !r.resources.includes('*'))).toBe(true);
     const role = byKind(objs, 'Role')[0]!.rules;
     expect(role).toEqual([{ apiGroups: ['apps'], resources: ['daemonsets'], resourceNames: ['meshcap'], verbs: ['get', 'watch'] }]);
@@ -108,6 +110,8 @@ describe.each(Object.entries(VALUE_SETS))('helm template (%s)', (_name, args) =>
     expect(arg(a, '--repair')).toBe(set('repair') ?? 'repair');
     expect(a.args.includes('--splice')).toBe(set('splice') === 'true');
     expect(arg(i, '--conf-file')).toBe(set('cni.confFile'));
+    expect(arg(i, '--remove-node-taint')).toBe(set('nodeTaint'));
+    if (set('nodeTaint')) expect(arg(i, '--agent-readyz')).toBe(`http://127.0.0.1:${arg(a, '--metrics-addr')!.split(':').pop()}/readyz`);
     expect(a.image).toBe(`${set('image.repository') ?? 'localhost/meshcap'}:${set('image.tag') ?? 'dev'}`);
   });
 });

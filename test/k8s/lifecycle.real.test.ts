@@ -3,7 +3,7 @@
 //   drain: keep the CNI entry), being deleted with foreground propagation
 //   (deletionTimestamp), gone (background delete), unreadable (no RBAC: keep);
 //   repair's actions through ApiSource: a Warning Event, the uncaptured label,
-//   a delete with the pod's UID as precondition.
+//   a delete with the pod's UID as precondition; the optional node taint removed.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AppsV1Api, CoreV1Api, KubeConfig, RbacAuthorizationV1Api, type V1DaemonSet, type V1Role, type V1RoleBinding } from '@kubernetes/client-node';
 import { pino } from 'pino';
@@ -11,6 +11,7 @@ import { ApiSource } from '../../src/kube/api-source.js';
 import { daemonSetVerdict, DaemonSetWatch, terminationVerdict } from '../../src/install-cni/owner.js';
 import { render } from '../helpers/chart.js';
 import { runInstallCni } from '../../src/install-cni/run.js';
+import { TaintRemover } from '../../src/install-cni/taint.js';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -180,6 +181,28 @@ describe('runInstallCni end to end: installs, then on the stop signal asks about
     } finally {
       rmSync(d, { recursive: true, force: true });
     }
+  });
+});
+
+describe('the optional node taint', () => {
+  it('is removed once both halves are ready, not before, and only that taint', async () => {
+    const node = 'node-tainted';
+    await core.createNode({ body: { metadata: { name: node }, spec: { taints: [
+      { key: 'other', effect: 'NoSchedule' },
+      { key: 'meshcap.io/not-ready', effect: 'NoSchedule' },
+    ] } } });
+    let ready = false;
+    const remover = new TaintRemover({ kubeConfig: kc, nodeName: node, key: 'meshcap.io/not-ready', ready: async () => ready, logger: pino({ level: 'silent' }) });
+    // the API server adds node.kubernetes.io/not-ready itself (TaintNodesByCondition)
+    const keys = async () => (await core.readNode({ name: node })).spec?.taints?.map((t) => t.key) ?? [];
+    const before = await keys();
+    expect(before).toEqual(expect.arrayContaining(['other', 'meshcap.io/not-ready']));
+    expect(await remover.pass()).toBe(false);
+    expect(await keys()).toEqual(before);
+    ready = true;
+    expect(await remover.pass()).toBe(true);
+    expect(await keys()).toEqual(before.filter((k) => k !== 'meshcap.io/not-ready'));
+    expect(await remover.pass()).toBe(true); // nothing left to do
   });
 });
 
