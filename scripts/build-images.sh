@@ -98,6 +98,9 @@ runroot=/run/meshcap-images/$(echo "$root" | sha256sum | cut -c1-12)
 mkdir -p "$store" "$runroot" "$out/tmp"
 cat >"$out/containers.conf" <<EOF
 # written by scripts/build-images.sh: podman reads only this file (CONTAINERS_CONF)
+[containers]
+# podman's default (the host's hard limit) is refused by runc here
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
 [engine]
 runtime = "runc"
 cgroup_manager = "cgroupfs"
@@ -135,7 +138,7 @@ stamp() { echo "${want[$1]}" >"$out/$1.stamp"; }
 save() { # image-key
   local name=$1 r=${ref[$1]} tmpd
   tmpd=$(mktemp -d "$out/tmp/save.XXXXXX")
-  pm save --format oci-archive -o "$tmpd/img.tar" "$r" >/dev/null
+  pm save -q --format oci-archive -o "$tmpd/img.tar" "$r" >/dev/null
   mkdir "$tmpd/x" && tar -C "$tmpd/x" -xf "$tmpd/img.tar"
   node -e '
     const fs = require("fs"); const [file, name] = process.argv.slice(1);
@@ -219,21 +222,27 @@ if ! current meshcap || ! have meshcap; then
   ca=${MESHCAP_BUILD_CA:-${NODE_EXTRA_CA_CERTS:-$(npm config get cafile 2>/dev/null || true)}}
   ca_args=()
   if [ -n "$ca" ] && [ -f "$ca" ]; then ca_args=(-v "$(realpath "$ca"):/run/meshcap-build-ca.crt:ro" --build-arg BUILD_CA=/run/meshcap-build-ca.crt); fi
-  # the compile stage gets its own tag so pruning dangling images keeps its
-  # cache (npm ci, the apt layer); the full build then reuses it
-  say "meshcap: compile stage"
-  pm build --network host --pull=never --layers --force-rm --target compile -t localhost/meshcap-compile:dev \
-    "${ca_args[@]}" -f "$ctx/deploy/Containerfile" --build-arg BASE="${ref[base]}" \
-    --build-arg MESHCAP_BUILD_COMMIT="$commit" --build-arg MESHCAP_BUILD_DIRTY="$dirty" "$ctx" >"$out/meshcap-compile.build.log" 2>&1 ||
-    { tail -40 "$out/meshcap-compile.build.log" >&2; die "the compile stage of deploy/Containerfile failed (the end of $out/meshcap-compile.build.log is above)"; }
+  # the compile and runtime-base stages get their own tags so pruning
+  # dangling images keeps their layers (apt, npm ci) as the next build's
+  # cache; the sidecar starts from runtime-base. The full build reuses them.
+  for stage in compile runtime-base; do
+    say "meshcap: $stage stage"
+    pm build --network host --pull=never --layers --force-rm --target "$stage" -t "localhost/meshcap-$stage:dev" \
+      "${ca_args[@]}" -f "$ctx/deploy/Containerfile" --build-arg BASE="${ref[base]}" \
+      --build-arg MESHCAP_BUILD_COMMIT="$commit" --build-arg MESHCAP_BUILD_DIRTY="$dirty" "$ctx" >"$out/meshcap-$stage.build.log" 2>&1 ||
+      { tail -40 "$out/meshcap-$stage.build.log" >&2; die "the $stage stage of deploy/Containerfile failed (the end of $out/meshcap-$stage.build.log is above)"; }
+  done
   build meshcap "${ca_args[@]}" -f "$ctx/deploy/Containerfile" --build-arg BASE="${ref[base]}" \
     --build-arg MESHCAP_BUILD_COMMIT="$commit" --build-arg MESHCAP_BUILD_DIRTY="$dirty" "$ctx"
 fi
 
-# --- sidecar: FROM meshcap + haproxy, uid 1337 -------------------------------
+# --- sidecar: meshcap's runtime packages + haproxy + /opt/meshcap, uid 1337 ---
 if ! current sidecar; then
   have meshcap || die "${ref[meshcap]} is neither in the store nor in $out/meshcap.tar"
-  build sidecar -f "$ctx/test/images/sidecar/Containerfile" --build-arg BASE="${ref[meshcap]}" "$ctx/test/images/sidecar"
+  pm image exists localhost/meshcap-runtime-base:dev ||
+    die "localhost/meshcap-runtime-base:dev is missing from the store: rm $out/meshcap.stamp and run again"
+  build sidecar -f "$ctx/test/images/sidecar/Containerfile" --build-arg BASE=localhost/meshcap-runtime-base:dev \
+    --build-arg MESHCAP="${ref[meshcap]}" "$ctx/test/images/sidecar"
 fi
 
 # --- app: a static C program, FROM scratch ------------------------------------
