@@ -87,13 +87,18 @@ function objectArray(result: Record<string, unknown>, key: string): Record<strin
  * 1.1.0-only interface and route fields are dropped below 1.0.0. `null` or
  * `undefined` gives a result with just cniVersion. Throws CniError(7) when the
  * input is not a result (e.g. a 0.2.0 ip4/ip6 result, or ips without address).
+ * The C forwarder's result_convert (native/cni/src/result_convert.c) makes the
+ * same checks in the same order with the same messages: both run against
+ * test/fixtures/cni/result-conversion.json.
  */
 export function convertResult(result: unknown, toVersion: CniVersion): CniResult {
   if (result === undefined || result === null) return { cniVersion: toVersion };
   if (!isObject(result)) throw badResult('must be a JSON object');
   if ('ip4' in result || 'ip6' in result) throw badResult('0.2.0-format results (ip4/ip6) are not supported');
   const from = result.cniVersion;
-  if (from !== undefined && !isSupportedVersion(from)) throw badResult(`cniVersion ${String(from)} is not supported`);
+  if (from !== undefined && !isSupportedVersion(from)) {
+    throw badResult(typeof from === 'string' ? `cniVersion ${from.slice(0, 64)} is not supported` : 'cniVersion must be a string');
+  }
 
   const pre100 = compareVersions(toVersion, '1.0.0') < 0;
   const out: Record<string, unknown> = { ...result, cniVersion: toVersion };
@@ -107,7 +112,7 @@ export function convertResult(result: unknown, toVersion: CniVersion): CniResult
         return ip;
       }
       const family = ip.address.includes(':') ? '6' : '4';
-      if (ip.version !== undefined && ip.version !== family) throw badResult(`ips[${i}].version ${String(ip.version)} does not match address ${ip.address}`);
+      if (ip.version !== undefined && ip.version !== family) throw badResult(`ips[${i}].version must be "${family}" for address ${ip.address.slice(0, 64)}`);
       return { version: family, ...ip };
     });
   }

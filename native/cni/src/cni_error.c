@@ -48,7 +48,7 @@ int cni_write_stdout(const char *buf, size_t len) {
   return 0;
 }
 
-void cni_print_error(const char *version, int code, const char *msg, const char *details) {
+char *cni_format_error(const char *version, int code, const char *msg, const char *details) {
   json_t *err = json_object();
   /* json_string rejects invalid UTF-8; fall back so an error is always printed. */
   json_t *m = json_string(msg);
@@ -60,13 +60,26 @@ void cni_print_error(const char *version, int code, const char *msg, const char 
     if (d != NULL) json_object_set_new(err, "details", d);
   }
   char *out = json_dumps(err, JSON_COMPACT);
+  json_decref(err);
+  if (out == NULL) return NULL;
+  size_t n = strlen(out);
+  char *line = realloc(out, n + 2);
+  if (line == NULL) {
+    free(out);
+    return NULL;
+  }
+  line[n] = '\n';
+  line[n + 1] = '\0';
+  return line;
+}
+
+void cni_print_error(const char *version, int code, const char *msg, const char *details) {
+  char *out = cni_format_error(version, code, msg, details);
   if (out != NULL) {
     cni_write_stdout(out, strlen(out));
-    cni_write_stdout("\n", 1);
     free(out);
   } else {
     static const char oom[] = "{\"cniVersion\":\"" CNI_LATEST_VERSION "\",\"code\":999,\"msg\":\"out of memory\"}\n";
     cni_write_stdout(oom, sizeof oom - 1);
   }
-  json_decref(err);
 }

@@ -31,7 +31,11 @@ const char *cni_error_version(const char *requested);
 /* Writes the whole buffer to stdout; returns 0 or -1. */
 int cni_write_stdout(const char *buf, size_t len);
 
-/* Prints {"cniVersion","code","msg","details"?} on stdout. details may be NULL. */
+/* {"cniVersion","code","msg","details"?} and a newline, malloc'd (NULL when
+ * out of memory). details may be NULL. */
+char *cni_format_error(const char *version, int code, const char *msg, const char *details);
+
+/* Prints cni_format_error's text on stdout (a fixed 999 error if out of memory). */
 void cni_print_error(const char *version, int code, const char *msg, const char *details);
 
 #endif

@@ -16,7 +16,9 @@
 #include "agent_client.h"
 #include "bounded_io.h"
 #include "cni_config.h"
+#include "cni_env.h"
 #include "cni_error.h"
+#include "relay.h"
 #include "result_convert.h"
 
 #define STDIN_CAP (1u << 20)        /* 1 MiB: real configs are a few KiB */
@@ -89,24 +91,6 @@ static int print_version_info(const char *requested) {
   return rc;
 }
 
-/* K8S_POD_NAMESPACE from CNI_ARGS ("K=V;K=V"), copied into out; NULL if absent. */
-static const char *pod_namespace(const char *args, char *out, size_t out_len) {
-  static const char key[] = "K8S_POD_NAMESPACE=";
-  for (const char *p = args; p != NULL && *p != '\0';) {
-    const char *end = strchr(p, ';');
-    size_t seg = end != NULL ? (size_t)(end - p) : strlen(p);
-    if (seg > sizeof key - 1 && strncmp(p, key, sizeof key - 1) == 0) {
-      size_t vlen = seg - (sizeof key - 1);
-      if (vlen >= out_len) return NULL;
-      memcpy(out, p + sizeof key - 1, vlen);
-      out[vlen] = '\0';
-      return out;
-    }
-    p = end != NULL ? end + 1 : NULL;
-  }
-  return NULL;
-}
-
 /* The agent is unreachable: per verb, the answer that keeps pods safe.
  * ADD must not succeed for a pod that may need its redirect (code 11 makes the
  * runtime retry), unless its namespace is excluded from meshing. DEL and GC
@@ -114,7 +98,7 @@ static const char *pod_namespace(const char *args, char *out, size_t out_len) {
  * DEL would only wedge pod teardown. */
 static int fallback(enum verb verb, const struct netconf *nc, const char *why) {
   char ns_buf[256];
-  const char *ns = pod_namespace(env("CNI_ARGS"), ns_buf, sizeof ns_buf);
+  const char *ns = cni_args_pod_namespace(env("CNI_ARGS"), ns_buf, sizeof ns_buf);
   int excluded = netconf_excludes(nc, ns);
   char msg[1024];
   switch (verb) {
@@ -122,8 +106,11 @@ static int fallback(enum verb verb, const struct netconf *nc, const char *why) {
     case V_CHECK:
       if (excluded) {
         if (verb == V_CHECK) return 0;
-        json_t *res = result_for_version(nc->prev_result, nc->cni_version);
-        if (res == NULL) return fail(nc->cni_version, CNI_ERR_INTERNAL, "out of memory", NULL);
+        /* the agent's conversion (src/cni/result.ts), so the pod gets the
+         * same result whether or not the agent answered */
+        json_t *res;
+        int code = result_convert(nc->prev_result, nc->cni_version, &res, msg, sizeof msg);
+        if (code != 0) return fail(nc->cni_version, code, msg, NULL);
         int rc = print_json(res);
         json_decref(res);
         return rc;
@@ -143,84 +130,16 @@ static int fallback(enum verb verb, const struct netconf *nc, const char *why) {
   }
 }
 
-/* Is text (len bytes) one JSON object, and for an error one with an integer
- * "code" and a string "msg" (what the runtime reads)? */
-static int is_json_object(const char *text, size_t len, int as_error) {
-  json_t *o = json_loadb(text, len, 0, NULL);
-  int ok = json_is_object(o) &&
-           (!as_error || (json_is_integer(json_object_get(o, "code")) && json_is_string(json_object_get(o, "msg"))));
-  json_decref(o);
-  return ok;
-}
-
-/* {"exitCode": int, "stdout": string}: print stdout verbatim, exit with the code.
- * The runtime reads stdout as the verb's result or error, so a reply that
- * would hand it something it cannot parse becomes a CNI error instead: a
- * failure (exit != 0) whose stdout is not an error object (empty, a bare
- * message, a crash trace), and an ADD success whose stdout is not a JSON
- * object (the result the runtime stores for the pod). */
 static int relay_reply(const char *reply, size_t len, const struct netconf *nc, enum verb verb) {
-  json_error_t jerr;
-  json_t *r = json_loadb(reply, len, 0, &jerr);
-  json_t *code = json_object_get(r, "exitCode");
-  json_t *out = json_object_get(r, "stdout");
-  if (!json_is_object(r) || !json_is_integer(code) || json_integer_value(code) < 0 ||
-      json_integer_value(code) > 125 || !json_is_string(out)) {
-    json_decref(r);
-    char msg[512];
-    snprintf(msg, sizeof msg, "meshcap agent at %s sent a malformed reply (%s)", nc->agent_socket,
-             jerr.text[0] != '\0' ? jerr.text : "want {exitCode: 0..125, stdout: string}");
-    return fail(nc->cni_version, CNI_ERR_INTERNAL, msg, NULL);
+  struct relay_out out;
+  if (relay_decide(reply, len, nc->cni_version, nc->agent_socket, verb == V_ADD, &out) != 0) {
+    free(out.text);
+    return fail(nc->cni_version, CNI_ERR_INTERNAL, "out of memory relaying the agent's answer", NULL);
   }
-  int rc = (int)json_integer_value(code);
-  const char *text = json_string_value(out);
-  size_t text_len = json_string_length(out);
-  if (rc != 0 && !is_json_object(text, text_len, 1)) {
-    char msg[512];
-    char details[300];
-    snprintf(msg, sizeof msg, "meshcap agent at %s failed with exit code %d and %s", nc->agent_socket, rc,
-             text_len == 0 ? "no error message" : "an error that is not CNI error JSON");
-    snprintf(details, sizeof details, "agent output: %.200s%s", text, text_len > 200 ? "..." : "");
-    json_decref(r);
-    return fail(nc->cni_version, CNI_ERR_INTERNAL, msg, text_len == 0 ? NULL : details);
-  }
-  if (rc == 0 && verb == V_ADD && !is_json_object(text, text_len, 0)) {
-    char msg[512];
-    char details[300];
-    snprintf(msg, sizeof msg, "meshcap agent at %s answered ADD with %s instead of a JSON result", nc->agent_socket,
-             text_len == 0 ? "nothing" : "output");
-    snprintf(details, sizeof details, "agent output: %.200s%s", text, text_len > 200 ? "..." : "");
-    json_decref(r);
-    return fail(nc->cni_version, CNI_ERR_INTERNAL, msg, text_len == 0 ? NULL : details);
-  }
-  if (cni_write_stdout(text, text_len) != 0) rc = rc != 0 ? rc : 1;
-  json_decref(r);
+  int rc = out.exit_code;
+  if (cni_write_stdout(out.text, out.len) != 0) rc = rc != 0 ? rc : 1;
+  free(out.text);
   return rc;
-}
-
-/* The wire request: everything the runtime gave us; stdin as the exact text. */
-static char *build_request(const char *command, size_t stdin_len, char *msg, size_t msg_len) {
-  static const char *const names[] = {"CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH"};
-  static const char *const keys[] = {"containerId", "netns", "ifname", "args", "path"};
-  json_t *req = json_object();
-  json_object_set_new(req, "v", json_integer(WIRE_PROTOCOL_VERSION));
-  json_object_set_new(req, "command", json_string(command));
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    const char *val = getenv(names[i]);
-    json_t *s = json_string(val != NULL ? val : "");
-    if (s == NULL) {
-      snprintf(msg, msg_len, "%s is not valid UTF-8", names[i]);
-      json_decref(req);
-      return NULL;
-    }
-    json_object_set_new(req, keys[i], s);
-  }
-  /* stdin already parsed as JSON, so it is valid UTF-8 without NULs. */
-  json_object_set_new(req, "stdin", json_stringn(stdin_buf, stdin_len));
-  char *out = json_dumps(req, JSON_COMPACT);
-  json_decref(req);
-  if (out == NULL) snprintf(msg, msg_len, "out of memory building the agent request");
-  return out;
 }
 
 /* Run by hand (no CNI_COMMAND): what this binary is, on stderr, exit 0, as
@@ -308,7 +227,9 @@ int main(void) {
     return rc;
   }
 
-  char *req = build_request(command, (size_t)n, msg, sizeof msg);
+  const char *values[CNI_WIRE_ENV_COUNT];
+  for (size_t i = 0; i < CNI_WIRE_ENV_COUNT; i++) values[i] = getenv(cni_wire_env_names[i]);
+  char *req = cni_build_request(WIRE_PROTOCOL_VERSION, command, values, stdin_buf, (size_t)n, msg, sizeof msg);
   if (req == NULL) {
     int rc = fail(nc.cni_version, CNI_ERR_INVALID_ENV, msg, NULL);
     netconf_free(&nc);

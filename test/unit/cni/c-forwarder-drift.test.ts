@@ -176,8 +176,8 @@ describe('C forwarder and src/cni agree', () => {
 
   // The forwarder converts prevResult itself only for an excluded namespace
   // while the agent is down; the agent's convertResult does it otherwise. Both
-  // must print the same result. (Malformed prevResults are out of scope: the
-  // agent rejects them, the forwarder passes them through.)
+  // must print the same result. (Malformed prevResults, and the exact
+  // messages: result-vectors.test.ts, against a shared vector file.)
   const results: [string, Record<string, unknown> | undefined][] = [
     ['none', undefined],
     ['1.0 v4 + v6', {
