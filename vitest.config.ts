@@ -30,6 +30,21 @@ export default defineConfig({
       },
       {
         test: {
+          name: 'faults',
+          // docs/reliability.md: churn and leaks, hostile input (libFuzzer
+          // on the forwarder, property tests), access. groupOrder 1: after
+          // the other projects, so its agents never share the cgroup root's
+          // attach points with a privileged file. npm run test:faults runs
+          // the long variants (MESHCAP_FAULTS_LONG=1).
+          include: ['test/faults/**/*.test.ts'],
+          fileParallelism: false,
+          sequence: { groupOrder: 1 },
+          testTimeout: 600_000,
+          hookTimeout: 120_000,
+        },
+      },
+      {
+        test: {
           name: 'k8s',
           // a private etcd + kube-apiserver (built by scripts/build-k8s.sh)
           // per file, on 127.0.0.1: the pod watch against the real API server

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 # (package -> why) kept in one list so setup and the README agree.
 PKGS=(
   clang llvm            # BPF C -> .bpf.o (clang -target bpf), llvm-strip
+  libclang-rt-14-dev    # libFuzzer + ASan/UBSan runtimes for the forwarder's fuzz harnesses (scripts/fuzz-cni.mjs)
   libbpf-dev            # libbpf headers + static/shared lib for the addon
   bpftool               # vmlinux.h generation, independent observer in tests
   libelf-dev zlib1g-dev # libbpf link deps
