@@ -132,7 +132,8 @@ export function loadPodManifest(path: string, readStdin: () => string = () => re
 /** Ports istio-iptables passes to iptables as they are: 8000-8010 is not a port iptables knows. */
 const PORT_LIST_FIELDS: readonly (keyof CaptureSettings)[] = ['inboundPortsInclude', 'inboundPortsExclude', 'outboundPortsInclude', 'outboundPortsExclude'];
 
-function checkIptablesPorts(config: CaptureConfig): void {
+/** Port values iptables-restore will not take: istio-iptables renders them anyway, so meshcap warns. */
+function checkIptablesPorts(config: CaptureConfig, warn: (m: string) => void): void {
   const sources = flagSources;
   for (const field of PORT_LIST_FIELDS) {
     const value = config[field] as string;
@@ -140,12 +141,13 @@ function checkIptablesPorts(config: CaptureConfig): void {
     for (const tok of splitList(value)) {
       if (/^[0-9]+(:[0-9]+)?$/.test(tok.trim())) continue;
       const range = /^\s*([0-9]+)\s*-\s*([0-9]+)\s*$/.exec(tok);
-      throw new RenderUsageError(
-        `invalid ${sources[field] ?? field} "${value}": ` +
+      warn(
+        `${sources[field] ?? field} "${value}": ` +
         (range
-          ? `istio-iptables passes "${tok}" to iptables as --dport ${tok}, which iptables-restore rejects (a range is ${range[1]}:${range[2]} in iptables), so istio-iptables fails applying it; list the ports or write the range as ${range[1]}:${range[2]}`
-          : `"${tok}" is not a port`),
+          ? `istio-iptables passes "${tok}" to iptables as --dport ${tok}, which iptables-restore rejects (a range is ${range[1]}:${range[2]} in iptables), so applying these rules fails; list the ports or write the range as ${range[1]}:${range[2]}`
+          : `"${tok}" is not a port number: iptables-restore takes it only if it names a service in /etc/services`),
       );
+      break;
     }
   }
 }
@@ -159,6 +161,15 @@ const flagSources: Partial<Record<keyof CaptureSettings, string>> = {
 
 /** The CaptureConfig a render request describes. */
 export function captureConfigForRender(req: RenderRequest, opts: RenderOptions = {}): CaptureConfig {
+  return renderInput(req, opts).config;
+}
+
+/**
+ * The config, and whether istio-iptables would feed iptables-restore at all:
+ * --skip-rule-apply and --cleanup-only make it apply no rules, so their
+ * render is empty.
+ */
+function renderInput(req: RenderRequest, opts: RenderOptions): { config: CaptureConfig; appliesRules: boolean } {
   const enableIPv6 = req.family === 6;
   const warn = opts.warn ?? (() => {});
   if (req.pod !== undefined) {
@@ -172,10 +183,14 @@ export function captureConfigForRender(req: RenderRequest, opts: RenderOptions =
     else if (decision.profile !== req.profile) {
       warn(`${label} looks like a ${decision.profile} pod; rendering it with --profile ${req.profile}${req.profileGiven ? '' : ' (the default)'}`);
     }
-    return podToCaptureConfig(pod, req.profile, { enableIPv6, onWarning: warn });
+    return { config: podToCaptureConfig(pod, req.profile, { enableIPv6, onWarning: warn }), appliesRules: true };
   }
+  // istio-iptables rejects only what it parses itself (flags, CIDRs, owner
+  // groups, the loopback CIDR, the iptables binary); everything else it hands
+  // to iptables as it is, and so does the render, with a warning.
   const { config, runtime, args } = parseIstioIptablesArgs(req.istioArgs, {
     env: opts.env ?? process.env, enableIPv6, dnsServersV4: req.dnsServersV4, dnsServersV6: req.dnsServersV6,
+    onVerbatim: warn, onWarning: warn,
   });
   if (args.length > 0) {
     const file = args.find((a) => /\.(ya?ml|json)$/i.test(a));
@@ -184,13 +199,17 @@ export function captureConfigForRender(req: RenderRequest, opts: RenderOptions =
     );
   }
   if (runtime.nativeNftables) throw new RenderUsageError('--native-nftables: meshcap renders iptables rules only');
-  checkIptablesPorts(config);
-  return config;
+  checkIptablesPorts(config, warn);
+  const appliesRules = !runtime.skipRuleApply && !runtime.cleanupOnly;
+  if (!appliesRules) warn(`${runtime.skipRuleApply ? '--skip-rule-apply' : '--cleanup-only'}: istio-iptables feeds iptables-restore nothing, so there is nothing to print`);
+  return { config, appliesRules };
 }
 
 /** Rendered text for the requested family. */
 export function renderForArgs(argv: readonly string[], env: Record<string, string | undefined> = process.env, opts: Omit<RenderOptions, 'env'> = {}): string {
   const req = parseRenderArgs(argv);
-  const out = renderIptables(captureConfigForRender(req, { ...opts, env }));
+  const { config, appliesRules } = renderInput(req, { ...opts, env });
+  if (!appliesRules) return '';
+  const out = renderIptables(config);
   return req.family === 6 ? (out.v6 ?? '') : out.v4;
 }

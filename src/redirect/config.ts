@@ -191,11 +191,41 @@ export function parseInterceptFilter(include: string, exclude: string): { except
   return { except: false, values: splitList(include) };
 }
 
+export interface BuildOptions {
+  /**
+   * istio-iptables' own leniency (the `iptables render` flag path): values it
+   * hands to iptables verbatim (ports, port lists, uids/gids, mark, route
+   * table, interface names, owner-group names) are not rejected here but
+   * reported to this callback; their parsed forms are then NaN / empty. Only
+   * a renderer may use such a config (the datapaths need the parsed values).
+   */
+  onVerbatim?: (e: CaptureConfigError) => void;
+}
+
+/** Fields istio-iptables passes to iptables as they are, without parsing. */
+const VERBATIM_FIELDS: ReadonlySet<keyof CaptureSettings> = new Set<keyof CaptureSettings>([
+  'proxyPort', 'inboundCapturePort', 'inboundTunnelPort', 'proxyUID', 'proxyGID', 'inboundTProxyMark',
+  'inboundTProxyRouteTable', 'inboundPortsInclude', 'inboundPortsExclude', 'outboundPortsInclude',
+  'outboundPortsExclude', 'kubeVirtInterfaces', 'excludeInterfaces', 'ownerGroupsInclude', 'ownerGroupsExclude',
+]);
+
 /**
  * Validates settings and derives the parsed forms. Throws CaptureConfigError
  * naming the offending flag/annotation (from `sources`).
  */
-export function buildCaptureConfig(s: CaptureSettings, sources: FieldSources = {}): CaptureConfig {
+export function buildCaptureConfig(s: CaptureSettings, sources: FieldSources = {}, opts: BuildOptions = {}): CaptureConfig {
+  const onVerbatim = opts.onVerbatim;
+  // A verbatim field's problem goes to onVerbatim (when given) and yields `fallback`.
+  const lenient = <T>(field: keyof CaptureSettings, parse: () => T, fallback: T): T => {
+    if (!onVerbatim || !VERBATIM_FIELDS.has(field)) return parse();
+    try {
+      return parse();
+    } catch (e) {
+      if (!(e instanceof CaptureConfigError)) throw e;
+      onVerbatim(e);
+      return fallback;
+    }
+  };
   if (s.inboundInterceptionMode !== 'REDIRECT' && s.inboundInterceptionMode !== 'TPROXY') {
     fail('inboundInterceptionMode', sources, String(s.inboundInterceptionMode), 'must be "REDIRECT" or "TPROXY"');
   }
@@ -228,7 +258,8 @@ export function buildCaptureConfig(s: CaptureSettings, sources: FieldSources = {
       `number of owner groups whose outgoing traffic should be redirected to Envoy cannot exceed ${MAX_OWNER_GROUPS_INCLUDE}, got ${ownerGroups.values.length}`);
   }
   for (const g of ownerGroups.values) {
-    if (/[\s,]/.test(g)) fail(ownerGroups.except ? 'ownerGroupsExclude' : 'ownerGroupsInclude', sources, g, 'not a group name or gid');
+    const field = ownerGroups.except ? 'ownerGroupsExclude' : 'ownerGroupsInclude';
+    lenient(field, () => (/[\s,]/.test(g) ? fail(field, sources, g, 'not a group name or gid') : undefined), undefined);
   }
 
   const dnsV4 = s.dnsServersV4.map((a) => {
@@ -249,27 +280,27 @@ export function buildCaptureConfig(s: CaptureSettings, sources: FieldSources = {
 
   const inboundCapture = s.inboundPortsInclude !== '';
   const parsed: ParsedCapture = {
-    proxyPort: port('proxyPort', sources, s.proxyPort),
-    inboundCapturePort: port('inboundCapturePort', sources, s.inboundCapturePort),
-    inboundTunnelPort: port('inboundTunnelPort', sources, s.inboundTunnelPort),
+    proxyPort: lenient('proxyPort', () => port('proxyPort', sources, s.proxyPort), NaN),
+    inboundCapturePort: lenient('inboundCapturePort', () => port('inboundCapturePort', sources, s.inboundCapturePort), NaN),
+    inboundTunnelPort: lenient('inboundTunnelPort', () => port('inboundTunnelPort', sources, s.inboundTunnelPort), NaN),
     dnsPort: ISTIO_DNS_PORT,
-    proxyUids: idList('proxyUID', sources, s.proxyUID),
-    proxyGids: idList('proxyGID', sources, s.proxyGID),
+    proxyUids: lenient('proxyUID', () => idList('proxyUID', sources, s.proxyUID), []),
+    proxyGids: lenient('proxyGID', () => idList('proxyGID', sources, s.proxyGID), []),
     tproxy: s.inboundInterceptionMode === 'TPROXY',
-    inboundTProxyMark: uint('inboundTProxyMark', sources, s.inboundTProxyMark, 0xffffffff),
-    inboundTProxyRouteTable: uint('inboundTProxyRouteTable', sources, s.inboundTProxyRouteTable, 0xffffffff),
+    inboundTProxyMark: lenient('inboundTProxyMark', () => uint('inboundTProxyMark', sources, s.inboundTProxyMark, 0xffffffff), NaN),
+    inboundTProxyRouteTable: lenient('inboundTProxyRouteTable', () => uint('inboundTProxyRouteTable', sources, s.inboundTProxyRouteTable, 0xffffffff), NaN),
     inboundCapture,
     inboundIncludeAll,
-    inboundIncludePorts: inboundIncludeAll ? [] : portList('inboundPortsInclude', sources, s.inboundPortsInclude),
-    inboundExcludePorts: portList('inboundPortsExclude', sources, s.inboundPortsExclude),
-    outboundIncludePorts: portList('outboundPortsInclude', sources, s.outboundPortsInclude),
-    outboundExcludePorts: portList('outboundPortsExclude', sources, s.outboundPortsExclude),
+    inboundIncludePorts: inboundIncludeAll ? [] : lenient('inboundPortsInclude', () => portList('inboundPortsInclude', sources, s.inboundPortsInclude), []),
+    inboundExcludePorts: lenient('inboundPortsExclude', () => portList('inboundPortsExclude', sources, s.inboundPortsExclude), []),
+    outboundIncludePorts: lenient('outboundPortsInclude', () => portList('outboundPortsInclude', sources, s.outboundPortsInclude), []),
+    outboundExcludePorts: lenient('outboundPortsExclude', () => portList('outboundPortsExclude', sources, s.outboundPortsExclude), []),
     outboundIncludeAll,
     outboundIncludeCidrs: include,
     outboundExcludeCidrs: exclude,
     outboundIncludesLoopback: [...include.v4, ...include.v6].some(isLoopbackCidr),
-    kubeVirtInterfaces: ifaceList('kubeVirtInterfaces', sources, s.kubeVirtInterfaces),
-    excludeInterfaces: ifaceList('excludeInterfaces', sources, s.excludeInterfaces),
+    kubeVirtInterfaces: lenient('kubeVirtInterfaces', () => ifaceList('kubeVirtInterfaces', sources, s.kubeVirtInterfaces), splitList(s.kubeVirtInterfaces)),
+    excludeInterfaces: lenient('excludeInterfaces', () => ifaceList('excludeInterfaces', sources, s.excludeInterfaces), splitList(s.excludeInterfaces)),
     dnsCapture,
     dnsServersV4: dnsV4,
     dnsServersV6: dnsV6,

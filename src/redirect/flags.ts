@@ -105,6 +105,14 @@ export interface ParseFlagsOptions {
   dnsServersV6?: string[];
   /** user name -> uid, for the ENVOY_USER default of -u; default reads /etc/passwd. */
   lookupUser?: (name: string) => string | undefined;
+  /**
+   * Render like istio-iptables: values it hands to iptables verbatim (and an
+   * interception mode other than TPROXY, which means REDIRECT) are reported
+   * here instead of rejected (config.ts BuildOptions.onVerbatim).
+   */
+  onVerbatim?: (message: string) => void;
+  /** Environment values istio-iptables ignores (flag.BindEnv drops a failed Set). */
+  onWarning?: (message: string) => void;
 }
 
 export interface ParsedFlags {
@@ -119,6 +127,32 @@ export function envName(long: string): string {
 }
 
 const GO_DURATION = /^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$|^[-+]?0$/;
+
+/**
+ * strconv.ParseUint(s, 0, 64), as pflag's uint flags read values: decimal,
+ * 0x/0o/0b or a leading 0 (octal), underscores between digits only with a
+ * base prefix. NaN when Go would fail.
+ */
+export function parseGoUint(text: string): number {
+  const m = /^0([xXoObB])(.*)$/.exec(text);
+  let base = 10;
+  let digits = text;
+  if (m) {
+    base = { x: 16, o: 8, b: 2 }[(m[1] as string).toLowerCase() as 'x' | 'o' | 'b'];
+    digits = m[2] as string;
+  } else if (text.length > 1 && text.startsWith('0')) {
+    base = 8;
+    digits = text.slice(1);
+  }
+  if (digits.includes('_')) {
+    // underscoreOK: only with a base prefix (or the octal 0), never doubled or at the end
+    if (base === 10 || /__|_$/.test(digits) || (digits.startsWith('_') && !m && base !== 8)) return NaN;
+    digits = digits.replace(/_/g, '');
+  }
+  const alphabet = '0123456789abcdef'.slice(0, base);
+  if (digits === '' || ![...digits.toLowerCase()].every((c) => alphabet.includes(c))) return NaN;
+  return parseInt(digits, base);
+}
 
 export function lookupUserInPasswd(name: string, passwdPath = '/etc/passwd'): string | undefined {
   let text: string;
@@ -146,7 +180,7 @@ function setValue(def: FlagDef, value: string, raw: RawValues, origin: string): 
       }
       break;
     case 'uint16':
-      if (!/^\d+$/.test(value) || Number(value) > 65535) {
+      if (!(parseGoUint(value) <= 65535)) {
         throw new FlagParseError(def.long, `invalid argument "${value}" for ${origin}: not a port number`);
       }
       break;
@@ -173,13 +207,22 @@ export function parseIstioIptablesArgs(argv: readonly string[], opts: ParseFlags
   const raw: RawValues = { strings: new Map() };
   const sources: FieldSources = {};
 
-  // Environment first (flag.BindEnv / AdditionalEnv run at registration, before parsing).
+  // Environment first (flag.BindEnv / AdditionalEnv run at registration,
+  // before parsing). Istio ignores the error of fs.Set, but pflag's Set has
+  // stored the zero value by then: a bool "yes" is false (a port "abc" 0, a
+  // duration "abc" 0; neither changes a rule).
   for (const def of ISTIO_IPTABLES_FLAGS) {
     const names = [...(def.env ? [envName(def.long)] : []), ...(def.aliases ?? [])];
     for (const n of names) {
       const v = env[n];
       if (v === undefined) continue;
-      setValue(def, v, raw, `environment variable ${n}`);
+      try {
+        setValue(def, v, raw, `environment variable ${n}`);
+      } catch (e) {
+        if (!(e instanceof FlagParseError)) throw e;
+        raw.strings.set(def, def.kind === 'bool' ? 'false' : '0');
+        opts.onWarning?.(`${e.message}: taken as ${def.kind === 'bool' ? 'false' : '0'}, as istio-iptables does`);
+      }
       if (def.field) sources[def.field] = `environment variable ${n}`;
     }
   }
@@ -215,13 +258,14 @@ export function parseIstioIptablesArgs(argv: readonly string[], opts: ParseFlags
         if (!def) throw new FlagParseError(c, `unknown shorthand flag: '${c}' in ${a}`);
         let value: string;
         const rest = a.slice(j + 1);
+        // pflag: "-p=X" is X only when X is not empty; "-p=" is the value "=".
         if (def.kind === 'bool') {
-          if (rest.startsWith('=')) {
+          if (rest.startsWith('=') && rest.length > 1) {
             value = rest.slice(1);
             j = a.length;
           } else value = 'true';
         } else {
-          if (rest.startsWith('=')) value = rest.slice(1);
+          if (rest.startsWith('=') && rest.length > 1) value = rest.slice(1);
           else if (rest.length > 0) value = rest;
           else {
             if (i + 1 >= argv.length) throw new FlagParseError(def.long, `flag needs an argument: '${c}' in -${c}`);
@@ -257,7 +301,10 @@ export function parseIstioIptablesArgs(argv: readonly string[], opts: ParseFlags
   const proxyGID = str('proxy-gid', '') === '' ? proxyUID : str('proxy-gid', '');
 
   const mode = str('istio-inbound-interception-mode', '');
-  if (mode !== '' && mode !== 'REDIRECT' && mode !== 'TPROXY') {
+  if (mode !== '' && mode !== 'REDIRECT' && mode !== 'TPROXY' && opts.onVerbatim) {
+    // run.go only asks `== "TPROXY"`: anything else renders REDIRECT's rules
+    opts.onVerbatim(`interception mode "${mode}" is neither REDIRECT nor TPROXY: istio-iptables renders REDIRECT's rules for it`);
+  } else if (mode !== '' && mode !== 'REDIRECT' && mode !== 'TPROXY') {
     throw new CaptureConfigError('inboundInterceptionMode', sources.inboundInterceptionMode ?? 'flag -m', mode,
       'must be "REDIRECT" or "TPROXY"');
   }
@@ -319,12 +366,26 @@ export function parseIstioIptablesArgs(argv: readonly string[], opts: ParseFlags
     nativeNftables: bool('native-nftables'),
     forceIptablesBinary: str('force-iptables-binary', ''),
   };
-  if (runtime.forceIptablesBinary !== '' &&
-      !['iptables', 'iptables-nft', 'iptables-legacy', 'ip6tables', 'ip6tables-nft', 'ip6tables-legacy']
-        .includes(runtime.forceIptablesBinary)) {
+  // config.ValidateIptablesBinary: "", "legacy" or "nft"
+  if (!['', 'legacy', 'nft'].includes(runtime.forceIptablesBinary)) {
     throw new FlagParseError('force-iptables-binary',
-      `invalid --force-iptables-binary "${runtime.forceIptablesBinary}": iptables version not supported`);
+      `invalid --force-iptables-binary "${runtime.forceIptablesBinary}": must be "legacy" or "nft"`);
   }
 
-  return { config: buildCaptureConfig(settings, sources), runtime, args };
+  const onVerbatim = opts.onVerbatim;
+  const build = () => buildCaptureConfig(settings, sources, onVerbatim ? { onVerbatim: (e) => onVerbatim(`${e.message}; istio-iptables passes it to iptables as it is`) } : {});
+  let config: CaptureConfig;
+  try {
+    config = build();
+  } catch (e) {
+    // With --skip-rule-apply istio-iptables never builds rules, so it never
+    // parses the CIDR lists: a bad one fails nothing (and nothing is rendered).
+    const cidrField = e instanceof CaptureConfigError && (e.field === 'outboundIPRangesInclude' || e.field === 'outboundIPRangesExclude');
+    if (!(onVerbatim && runtime.skipRuleApply && cidrField)) throw e;
+    onVerbatim(`${(e as Error).message}; ignored with --skip-rule-apply, as istio-iptables does`);
+    settings.outboundIPRangesInclude = '';
+    settings.outboundIPRangesExclude = '';
+    config = build();
+  }
+  return { config, runtime, args };
 }

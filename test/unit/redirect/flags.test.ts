@@ -91,8 +91,15 @@ describe('parseIstioIptablesArgs', () => {
     expect(() => parseIstioIptablesArgs(['-Z'])).toThrow(/unknown shorthand flag: 'Z'/);
     expect(() => parseIstioIptablesArgs(['-p'])).toThrow(/needs an argument/);
     expect(() => parseIstioIptablesArgs(['--drop-invalid=maybe'])).toThrow(/--drop-invalid/);
-    expect(() => parseIstioIptablesArgs([], { env: { DUAL_STACK: 'yes' } })).toThrow(/DUAL_STACK/);
-    expect(() => parseIstioIptablesArgs(['--force-iptables-binary', 'nft'])).toThrow(/not supported/);
+    expect(() => parseIstioIptablesArgs(['--force-iptables-binary', 'iptables-nft'])).toThrow(/must be "legacy" or "nft"/);
+    expect(parseIstioIptablesArgs(['--force-iptables-binary', 'nft'], { lookupUser: noUser }).runtime.forceIptablesBinary).toBe('nft');
+  });
+
+  it('an environment value that does not parse is its zero value, as pflag leaves it (istio-iptables ignores the error)', () => {
+    const warnings: string[] = [];
+    const r = parseIstioIptablesArgs([], { env: { DUAL_STACK: 'true', ISTIO_DUAL_STACK: 'yes' }, lookupUser: noUser, onWarning: (m) => warnings.push(m) });
+    expect(r.config.dualStack).toBe(false);
+    expect(warnings.join('\n')).toMatch(/ISTIO_DUAL_STACK.*taken as false/);
   });
 
   it('limits included owner groups to 64 like config.ValidateOwnerGroups', () => {
