@@ -12,6 +12,8 @@ export interface CniRun {
   stdout: string;
   json: Record<string, unknown> | undefined;
   ms: number;
+  /** Why there is no exit code (a signal, a failed exec), when there is none. */
+  failure?: string;
 }
 
 export function requireCniBinary(): void {
@@ -81,5 +83,5 @@ export async function cni(command: string, c: CniCall): Promise<CniRun> {
   } catch {
     json = undefined;
   }
-  return { exitCode: r.exitCode ?? -1, stdout: r.stdout, json, ms };
+  return { exitCode: r.exitCode ?? -1, stdout: r.stdout, json, ms, ...(r.exitCode === undefined ? { failure: `${r.signal ?? ''} ${r.shortMessage ?? ''} ${r.stderr}`.trim() } : {}) };
 }
