@@ -87,8 +87,9 @@ function decideIstio(pod: V1Pod, containers: V1Container[], names: Set<string>):
   }
 
   const proxy = containers.find((c) => c.name === ISTIO_PROXY_CONTAINER);
-  // istio-cni reads env values literally; valueFrom entries have no value.
-  const disableEnvoy = proxy?.env?.find((e) => e.name === 'DISABLE_ENVOY')?.value;
+  // istio-cni reads env values literally into a map, so the last entry of a
+  // name wins; valueFrom entries have no value.
+  const disableEnvoy = proxy?.env?.findLast((e) => e.name === 'DISABLE_ENVOY')?.value;
   if (disableEnvoy !== undefined && parseGoBool(disableEnvoy) === true) {
     return notMeshed(`DISABLE_ENVOY=${disableEnvoy} on the ${ISTIO_PROXY_CONTAINER} container: Envoy is not running`);
   }

@@ -169,7 +169,8 @@ function cidrList(field: keyof CaptureSettings, sources: FieldSources, list: str
 }
 
 function ifaceList(field: keyof CaptureSettings, sources: FieldSources, list: string): string[] {
-  const names = splitList(list);
+  // iptables-restore splits its lines on blanks, so " eth1" is eth1 (as Istio trims it too)
+  const names = splitList(list).map((n) => n.trim());
   for (const n of names) {
     // Linux IFNAMSIZ is 16 bytes incl. NUL (bytes, not characters: "eth\u00e9" is 5);
     // '/', ':' and whitespace are never valid.

@@ -74,6 +74,17 @@ function istioCidrList(field: keyof CaptureSettings, key: string, value: string,
   }
 }
 
+/** netutil.ValidateInterfaceNames: trimmed, not empty, at most 15 bytes, a letter then [a-zA-Z0-9_.-]. */
+function istioInterfaceNames(field: keyof CaptureSettings, key: string, value: string): void {
+  if (value.length === 0) return;
+  for (const raw of value.split(',')) {
+    const n = raw.trim();
+    if (n.length === 0) annotationError(field, key, value, 'empty interface name');
+    if (Buffer.byteLength(n, 'utf8') > 15) annotationError(field, key, value, `interface name "${n}" too long (max 15 chars)`);
+    if (!/^[a-zA-Z][a-zA-Z0-9_.-]*$/.test(n)) annotationError(field, key, value, `interface name "${n}" contains invalid characters`);
+  }
+}
+
 function envBool(env: Map<string, string>, name: string, warn: (m: string) => void): boolean | undefined {
   const v = env.get(name);
   if (v === undefined) return undefined;
@@ -86,17 +97,21 @@ function envBool(env: Map<string, string>, name: string, warn: (m: string) => vo
 }
 
 /**
- * Istio's rule (getLocalIP): IPv6 capture follows the family of the pod's
- * first address, or any IPv6 address when dual stack is on. Not "any IPv6
- * address" always: a v4-first dual-stack pod whose proxy listens on 0.0.0.0
- * would then have its IPv6 connections sent to a port nobody listens on.
+ * Istio's rule (config.getLocalIP, run inside the pod's namespace): the first
+ * non-loopback address decides, and the kernel lists a namespace's IPv4
+ * addresses before its IPv6 ones whatever order the pod's addresses were
+ * given in; with dual stack on, any IPv6 address turns IPv6 on. So IPv6 is
+ * captured for an IPv6-only pod, or with ISTIO_DUAL_STACK. (Checked against
+ * istio-cni's own code in a namespace with the pod's addresses:
+ * test/privileged/istio-diff/pods.test.ts; a v6-first dual-stack pod gets no
+ * IPv6 rules from istio-cni.)
  */
 export function ipv6FromPodIPs(pod: V1Pod, dualStack: boolean, known?: readonly string[]): boolean {
   const ips = known && known.length > 0 ? [...known] : (pod.status?.podIPs ?? []).map((p) => p.ip).filter((ip): ip is string => !!ip);
   if (ips.length === 0 && pod.status?.podIP) ips.push(pod.status.podIP);
   if (ips.length === 0) return false;
-  if (!dualStack) return ips[0]!.includes(':');
-  return ips.some((ip) => ip.includes(':'));
+  const anyV6 = ips.some((ip) => ip.includes(':'));
+  return dualStack ? anyV6 : anyV6 && ips.every((ip) => ip.includes(':'));
 }
 
 /** sidecar_redirect.go NewRedirect + sidecar_iptables_linux.go Program. */
@@ -145,9 +160,8 @@ export function istioPodToCaptureConfig(pod: V1Pod, opts: PodCaptureOptions = {}
     (v) => istioPortListWithWildcard('outboundPortsExclude', A.excludeOutboundPorts, v)).value;
   s.outboundPortsInclude = take('outboundPortsInclude', A.includeOutboundPorts, '',
     (v) => istioPortListWithWildcard('outboundPortsInclude', A.includeOutboundPorts, v)).value;
-  take('inboundPortsExclude', A.statusPort, '', (v) => istioParsePorts('inboundPortsExclude', A.statusPort, v));
-  delete sources.inboundPortsExclude;
-  if (ann[A.excludeInboundPorts] !== undefined) sources.inboundPortsExclude = `annotation ${A.excludeInboundPorts}`;
+  // status.sidecar.istio.io/port has a validator in istio-cni's registry, but
+  // NewRedirect never reads it: any value passes.
 
   // "Add 15090 to sync with non-cni injection template": append and de-duplicate.
   excludeInbound = excludeInbound.trim();
@@ -155,10 +169,11 @@ export function istioPodToCaptureConfig(pod: V1Pod, opts: PodCaptureOptions = {}
   excludeInbound += ISTIO_CNI_ALWAYS_EXCLUDED_INBOUND.join(',');
   s.inboundPortsExclude = [...new Set(excludeInbound.split(','))].join(',');
 
-  s.excludeInterfaces = take('excludeInterfaces', A.excludeInterfaces, '', () => {}).value;
+  s.excludeInterfaces = take('excludeInterfaces', A.excludeInterfaces, '', (v) => istioInterfaceNames('excludeInterfaces', A.excludeInterfaces, v)).value;
   // kubevirtInterfaces is deprecated: reroute-virtual-interfaces wins when both are set.
-  const reroute = take('kubeVirtInterfaces', A.rerouteVirtualInterfaces, '', () => {});
-  s.kubeVirtInterfaces = reroute.found ? reroute.value : take('kubeVirtInterfaces', A.kubevirtInterfaces, '', () => {}).value;
+  const reroute = take('kubeVirtInterfaces', A.rerouteVirtualInterfaces, '', (v) => istioInterfaceNames('kubeVirtInterfaces', A.rerouteVirtualInterfaces, v));
+  s.kubeVirtInterfaces = reroute.found ? reroute.value
+    : take('kubeVirtInterfaces', A.kubevirtInterfaces, '', (v) => istioInterfaceNames('kubeVirtInterfaces', A.kubevirtInterfaces, v)).value;
 
   const env = proxyEnv(proxy);
   const dns = envBool(env, 'ISTIO_META_DNS_CAPTURE', warn) ?? false;

@@ -1,5 +1,7 @@
 // Dual-stack pods follow Istio's rule in both modes: IPv6 is captured when the
-// pod's first address is IPv6, or when ISTIO_DUAL_STACK is on; a v4-first pod
+// pod has only IPv6 addresses, or when ISTIO_DUAL_STACK is on (istio-cni asks
+// the pod's namespace, which lists IPv4 first: checked against istio-cni's own
+// code in test/privileged/istio-diff/pods.test.ts); a dual-stack pod
 // without dual stack keeps its IPv6 connections direct (iptables mode renders
 // no ip6tables rules for it; eBPF mode used to capture them anyway, sending
 // them to a proxy that may listen on 0.0.0.0 only).
@@ -47,7 +49,7 @@ describeModes('dual-stack pods follow Istio\'s IPv6 rule, %s mode', (mode) => {
 
   const cases: [string, string, string[], { v4: boolean; v6: boolean }][] = [
     ['v4 first, dual stack off: IPv6 stays direct', 'ds', [`${V4}/24`, `${V6}/64`], { v4: true, v6: false }],
-    ['v6 first: both captured', 'ds', [`${V6}/64`, `${V4}/24`], { v4: true, v6: true }],
+    ['v6 first, dual stack off: IPv6 stays direct too (istio-cni sees the IPv4 address first)', 'ds', [`${V6}/64`, `${V4}/24`], { v4: true, v6: false }],
     ['v4 first with ISTIO_DUAL_STACK: both captured', 'ds-on', [`${V4}/24`, `${V6}/64`], { v4: true, v6: true }],
   ];
   for (const [title, name, ips, want] of cases) {

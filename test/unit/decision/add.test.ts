@@ -36,7 +36,7 @@ describe('decideAdd', () => {
     expect(d.config.enableIPv6).toBe(false);
   });
 
-  it('decides IPv6 capture by Istio\'s rule on the addresses: the first one\'s family, any IPv6 with ISTIO_DUAL_STACK', () => {
+  it('decides IPv6 capture by Istio\'s rule on the addresses: IPv6-only, or any IPv6 with ISTIO_DUAL_STACK (the kernel lists IPv4 first)', () => {
     const v6 = (ips: string[], proxyEnv?: Record<string, string>) => {
       const d = decideAdd(istioPod(proxyEnv ? { proxyEnv } : {}), { ...input, prevResult: { ips: ips.map((address) => ({ address })) } });
       if (d.kind !== 'capture') throw new Error('not captured');
@@ -45,7 +45,8 @@ describe('decideAdd', () => {
     expect(v6(['198.18.0.5/24'])).toBe(false);
     expect(v6(['2001:db8::5/64'])).toBe(true);
     expect(v6(['198.18.0.5/24', '2001:db8::5/64']), 'v4-first dual stack, dual stack off').toBe(false);
-    expect(v6(['2001:db8::5/64', '198.18.0.5/24']), 'v6-first').toBe(true);
+    expect(v6(['2001:db8::5/64', '198.18.0.5/24']), 'v6-first: istio-cni sees IPv4 first in the namespace').toBe(false);
+    expect(v6(['2001:db8::5/64', '198.18.0.5/24'], { ISTIO_DUAL_STACK: 'true' }), 'v6-first, dual stack on').toBe(true);
     expect(v6(['198.18.0.5/24', '2001:db8::5/64'], { ISTIO_DUAL_STACK: 'true' }), 'dual stack on').toBe(true);
   });
 

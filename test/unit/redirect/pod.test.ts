@@ -54,7 +54,10 @@ describe('istioPodToCaptureConfig (sidecar_redirect.go NewRedirect)', () => {
 
   it('derives IPv6 from the pod IPs like getLocalIP', () => {
     const p = istioPod({});
+    // the kernel lists IPv4 first in the pod's namespace, so istio-cni sees IPv4 (test/privileged/istio-diff/pods.test.ts)
     p.status = { podIPs: [{ ip: '2001:db8::5' }, { ip: '10.0.0.5' }] };
+    expect(istioPodToCaptureConfig(p).enableIPv6).toBe(false);
+    p.status = { podIPs: [{ ip: '2001:db8::5' }] };
     expect(istioPodToCaptureConfig(p).enableIPv6).toBe(true);
     p.status = { podIPs: [{ ip: '10.0.0.5' }, { ip: '2001:db8::5' }] };
     expect(istioPodToCaptureConfig(p).enableIPv6).toBe(false);
@@ -77,7 +80,7 @@ describe('istioPodToCaptureConfig (sidecar_redirect.go NewRedirect)', () => {
     ['traffic.sidecar.istio.io/excludeOutboundPorts', '99999'],
     ['traffic.sidecar.istio.io/includeOutboundPorts', '*'],
     ['traffic.sidecar.istio.io/excludeInterfaces', 'a very bad name'],
-    ['status.sidecar.istio.io/port', 'x'],
+    ['traffic.sidecar.istio.io/kubevirtInterfaces', 'eth0,'],
   ])('rejects %s=%j naming the annotation', (key, value) => {
     let err: unknown;
     try {
@@ -88,6 +91,11 @@ describe('istioPodToCaptureConfig (sidecar_redirect.go NewRedirect)', () => {
     expect(err).toBeInstanceOf(CaptureConfigError);
     expect((err as Error).message).toContain(`annotation ${key}`);
   });
+  it('takes any status.sidecar.istio.io/port, and interface names as istio-cni trims them (NewRedirect never reads the port; ValidateInterfaceNames trims)', () => {
+    expect(() => istioPodToCaptureConfig(istioPod({ 'status.sidecar.istio.io/port': 'x' }))).not.toThrow();
+    expect(istioPodToCaptureConfig(istioPod({ 'traffic.sidecar.istio.io/excludeInterfaces': ' eth1' })).parsed.excludeInterfaces).toEqual(['eth1']);
+  });
+
 
   it('finds istio-proxy as a native sidecar (init container)', () => {
     const p: V1Pod = { metadata: {}, spec: { containers: [{ name: 'app' }], initContainers: [{ name: 'istio-proxy', restartPolicy: 'Always', securityContext: { runAsUser: 555 } }] } };
