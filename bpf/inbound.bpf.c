@@ -79,9 +79,9 @@ int mc_inbound(struct bpf_sk_lookup *ctx)
 	port = (__u16)ctx->local_port;
 	if (port == pod->tunnel_port || port == pod->inbound_port)
 		return SK_PASS;
-	if (mc_port_in(netns, port, MC_PORT_IN_EXCLUDE))
+	if (mc_port_in(pod, netns, port, MC_PORT_IN_EXCLUDE))
 		return SK_PASS;
-	if (!(pod->flags & MC_F_IN_ALL) && !mc_port_in(netns, port, MC_PORT_IN_INCLUDE))
+	if (!(pod->flags & MC_F_IN_ALL) && !mc_port_in(pod, netns, port, MC_PORT_IN_INCLUDE))
 		return SK_PASS;
 
 	k.netns = netns;

@@ -100,13 +100,31 @@ MC_INLINE bool mc_is_pod_addr(const struct mc_pod *pod, const __u8 a[16])
 	return false;
 }
 
-MC_INLINE bool mc_port_in(__u64 netns, __u16 port, __u8 kind)
+MC_INLINE bool mc_port_in(const struct mc_pod *pod, __u64 netns, __u16 port, __u8 kind)
 {
 	struct mc_port_key k = {};
+	struct mc_portrange_key rk = {};
+	struct mc_portrange *r;
+
 	k.netns = netns;
 	k.port = port;
 	k.kind = kind;
-	return bpf_map_lookup_elem(&mc_ports, &k) != NULL;
+	if (bpf_map_lookup_elem(&mc_ports, &k))
+		return true;
+	if (!(pod->flags & MC_F_PORT_RANGES))
+		return false;
+	rk.netns = netns;
+	rk.kind = kind;
+#pragma unroll
+	for (int i = 0; i < MC_PORT_RANGES; i++) {
+		rk.idx = i;
+		r = bpf_map_lookup_elem(&mc_portranges, &rk);
+		if (!r)
+			return false;
+		if (port >= r->lo && port <= r->hi)
+			return true;
+	}
+	return false;
 }
 
 /* kind4 is used for v4 (and v4-mapped) addresses, kind4 + 2 for v6. */

@@ -17,6 +17,7 @@
 #define MC_MAX_PODS 16384
 #define MC_MAX_CIDRS 65536
 #define MC_MAX_PORTS 65536
+#define MC_MAX_PORT_RANGES 65536
 #define MC_MAX_CONNS 262144 /* in-flight connect->accept handoffs */
 #define MC_MAX_SPLICE 131072
 #define MC_MAX_LISTEN 32768 /* sockets, not pods: a node runs far fewer than 16,384 pods x 2 families; unchanged so an upgrade reuses the pinned map */
@@ -31,6 +32,7 @@
 #define MC_F_DNS_ALL (1u << 5)    /* capture all DNS, not only the listed servers */
 #define MC_F_TPROXY (1u << 6)     /* interceptionMode TPROXY */
 #define MC_F_IPV6 (1u << 7)       /* capture IPv6 too (istio EnableIPv6) */
+#define MC_F_PORT_RANGES (1u << 8) /* some of its port lists are in mc_portranges */
 
 struct mc_pod {
 	__u16 outbound_port; /* 15001 */
@@ -75,6 +77,23 @@ struct mc_port_key {
 	__u16 port;
 	__u8 kind;
 	__u8 pad[5];
+};
+
+/* Wide port ranges (e.g. excludeOutboundPorts 1024:65535) as ranges, not as
+ * one mc_ports entry per port in the node-wide table: up to MC_PORT_RANGES
+ * per pod and kind, idx 0.. without gaps. */
+#define MC_PORT_RANGES 8
+struct mc_portrange_key {
+	__u64 netns;
+	__u8 kind;
+	__u8 idx;
+	__u8 pad[6];
+};
+
+struct mc_portrange {
+	__u16 lo;
+	__u16 hi;
+	__u32 pad;
 };
 
 /* A connection as one socket sees it. */
@@ -151,6 +170,14 @@ struct {
 	__type(key, struct mc_port_key);
 	__type(value, __u8);
 } mc_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, MC_MAX_PORT_RANGES);
+	__type(key, struct mc_portrange_key);
+	__type(value, struct mc_portrange);
+} mc_portranges SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

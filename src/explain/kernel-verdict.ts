@@ -8,7 +8,10 @@
 import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import { pinLayout } from '../loader/manifest.js';
-import { CidrKind, MAP, MC_CIDR_KEY_BITS, MC_LISTEN_SLOTS, PodFlag, PortKind, mcCidrKey, mcListenKey, mcPod, mcPortKey, u64Key, type McPod } from '../maps/layout.js';
+import {
+  CidrKind, MAP, MC_CIDR_KEY_BITS, MC_LISTEN_SLOTS, MC_PORT_RANGES, PodFlag, PortKind,
+  mcCidrKey, mcListenKey, mcPod, mcPortKey, mcPortRange, mcPortRangeKey, u64Key, type McPod,
+} from '../maps/layout.js';
 import { parseAddr } from '../redirect/cidr.js';
 import type { Flow } from './explain.js';
 
@@ -38,7 +41,7 @@ export class PinnedPodMaps implements PodMapReader {
   constructor(pinRoot: string) {
     const dir = pinLayout(pinRoot).maps;
     try {
-      for (const name of [MAP.pods, MAP.ports, MAP.cidrs, MAP.listen]) this.fds.set(name, bpf.objGet(path.join(dir, name)));
+      for (const name of [MAP.pods, MAP.ports, MAP.portranges, MAP.cidrs, MAP.listen]) this.fds.set(name, bpf.objGet(path.join(dir, name)));
     } catch (e) {
       this.close();
       throw new Error(`cannot open meshcap's pinned maps under ${dir}: ${(e as Error).message}. Is the eBPF datapath loaded (meshcap load)?`);
@@ -60,7 +63,16 @@ export class PinnedPodMaps implements PodMapReader {
   }
 
   portIn(netns: bigint, port: number, kind: number): boolean {
-    return bpf.mapLookup(this.fd(MAP.ports), mcPortKey.encode({ netns, port, kind, pad: Buffer.alloc(5) }), 1) !== null;
+    if (bpf.mapLookup(this.fd(MAP.ports), mcPortKey.encode({ netns, port, kind, pad: Buffer.alloc(5) }), 1) !== null) return true;
+    if (!((this.pod(netns)?.flags ?? 0) & PodFlag.PORT_RANGES)) return false;
+    // as mc_port_in: ranges idx 0.. until the first missing one
+    for (let idx = 0; idx < MC_PORT_RANGES; idx++) {
+      const v = bpf.mapLookup(this.fd(MAP.portranges), mcPortRangeKey.encode({ netns, kind, idx }), mcPortRange.size);
+      if (!v) return false;
+      const r = mcPortRange.decode(v);
+      if (port >= r.lo && port <= r.hi) return true;
+    }
+    return false;
   }
 
   cidrMatch(netns: bigint, addr: Buffer, kind4: number): boolean {

@@ -14,6 +14,7 @@ export const PodFlag = {
   DNS_ALL: 1 << 5,
   TPROXY: 1 << 6,
   IPV6: 1 << 7,
+  PORT_RANGES: 1 << 8,
 } as const;
 
 export const CidrKind = { OUT_EXCLUDE4: 1, OUT_INCLUDE4: 2, OUT_EXCLUDE6: 3, OUT_INCLUDE6: 4, DNS4: 5, DNS6: 6 } as const;
@@ -67,6 +68,22 @@ export const mcPortKey = defineStruct<McPortKey>('mc_port_key', [
   { name: 'pad', kind: 'bytes', length: 5 },
 ]);
 
+/** Wide port ranges per pod and kind (bpf/include/meshcap.h MC_PORT_RANGES). */
+export const MC_PORT_RANGES = 8;
+export interface McPortRangeKey { netns: bigint; kind: number; idx: number; pad?: Buffer }
+export const mcPortRangeKey = defineStruct<McPortRangeKey>('mc_portrange_key', [
+  { name: 'netns', kind: 'u64' },
+  { name: 'kind', kind: 'u8' },
+  { name: 'idx', kind: 'u8' },
+  { name: 'pad', kind: 'bytes', length: 6 },
+]);
+export interface McPortRange { lo: number; hi: number; pad?: number }
+export const mcPortRange = defineStruct<McPortRange>('mc_portrange', [
+  { name: 'lo', kind: 'u16' },
+  { name: 'hi', kind: 'u16' },
+  { name: 'pad', kind: 'u32' },
+]);
+
 export interface McTuple { netns: bigint; laddr: Buffer; raddr: Buffer; lport: number; rport: number; pad?: number }
 export const mcTuple = defineStruct<McTuple>('mc_tuple', [
   { name: 'netns', kind: 'u64' },
@@ -113,7 +130,7 @@ export const mcSettings = defineStruct<McSettings>('mc_settings', [
   { name: 'pad', kind: 'u32' },
 ]);
 
-export const ALL_LAYOUTS = [mcPod, mcCidrKey, mcPortKey, mcTuple, mcOrig, mcStats, mcListenKey, mcSettings];
+export const ALL_LAYOUTS = [mcPod, mcCidrKey, mcPortKey, mcPortRangeKey, mcPortRange, mcTuple, mcOrig, mcStats, mcListenKey, mcSettings];
 
 /** u64 keys (netns cookie, socket cookie) as the kernel stores them. */
 export function u64Key(v: bigint): Buffer {
@@ -127,6 +144,7 @@ export const MAP = {
   pods: 'mc_pods',
   cidrs: 'mc_cidrs',
   ports: 'mc_ports',
+  portranges: 'mc_portranges',
   stats: 'mc_stats',
   sockorig: 'mc_sockorig',
   origdst: 'mc_origdst',

@@ -6,8 +6,8 @@
 import type { CaptureConfig, Cidr } from '../redirect/config.js';
 import { parseAddr } from '../redirect/cidr.js';
 import {
-  CidrKind, MAP, MC_CIDR_KEY_BITS, MC_POD_ADDRS, PodFlag, PortKind,
-  mcCidrKey, mcPod, mcPortKey, mcStats, u64Key,
+  CidrKind, MAP, MC_CIDR_KEY_BITS, MC_POD_ADDRS, MC_PORT_RANGES, PodFlag, PortKind,
+  mcCidrKey, mcPod, mcPortKey, mcPortRange, mcPortRangeKey, mcStats, u64Key,
 } from './layout.js';
 
 export type MapName = (typeof MAP)[keyof typeof MAP];
@@ -23,6 +23,36 @@ export interface PodEntries {
   stats: MapEntry;
   cidrs: MapEntry[];
   ports: MapEntry[];
+  /** Wide port ranges (mc_portranges), instead of one mc_ports entry per port. */
+  ranges: MapEntry[];
+}
+
+/** The pod's entries in the maps that hold a variable number per pod (written, swept and checked alike). */
+export function keyedEntries(e: PodEntries): MapEntry[] {
+  return [...e.cidrs, ...e.ports, ...e.ranges];
+}
+
+/** A run of consecutive ports this long or longer is stored as a range. */
+export const RANGE_MIN = 16;
+
+/**
+ * A port list as the maps hold it: runs of RANGE_MIN or more consecutive
+ * ports become ranges (the widest MC_PORT_RANGES of them), the rest single
+ * ports. So `1024:65535` is one entry, not 64,512 in the node-wide table.
+ */
+export function splitPorts(list: readonly number[]): { singles: number[]; ranges: [number, number][] } {
+  const sorted = [...new Set(list)].sort((a, b) => a - b);
+  const runs: [number, number][] = [];
+  for (const port of sorted) {
+    const last = runs[runs.length - 1];
+    if (last && port === last[1] + 1) last[1] = port;
+    else runs.push([port, port]);
+  }
+  const wide = runs.filter(([lo, hi]) => hi - lo + 1 >= RANGE_MIN).sort((a, b) => (b[1] - b[0]) - (a[1] - a[0])).slice(0, MC_PORT_RANGES);
+  const kept = new Set(wide);
+  const singles: number[] = [];
+  for (const r of runs) if (!kept.has(r)) for (let p = r[0]; p <= r[1]; p++) singles.push(p);
+  return { singles, ranges: wide.sort((a, b) => a[0] - b[0]) };
 }
 
 const NO_ID = 0xffffffff; // matches no uid/gid
@@ -92,10 +122,15 @@ export function podEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[]):
   }
 
   const ports: MapEntry[] = [];
+  const ranges: MapEntry[] = [];
   const portSet = (list: number[], kind: number) => {
-    for (const port of new Set(list)) {
+    const split = splitPorts(list);
+    for (const port of split.singles) {
       ports.push({ map: MAP.ports, key: mcPortKey.encode({ netns, port, kind }), value: Buffer.from([1]) });
     }
+    split.ranges.forEach(([lo, hi], idx) => {
+      ranges.push({ map: MAP.portranges, key: mcPortRangeKey.encode({ netns, kind, idx }), value: mcPortRange.encode({ lo, hi }) });
+    });
   };
   portSet(p.outboundExcludePorts, PortKind.OUT_EXCLUDE);
   portSet(p.outboundIncludePorts, PortKind.OUT_INCLUDE);
@@ -107,13 +142,16 @@ export function podEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[]):
     key,
     value: mcStats.encode({ outbound: 0n, own_pod: 0n, inbound: 0n, dns: 0n, origdst: 0n }),
   };
-  return { pod, stats, cidrs, ports };
+  // The programs look at mc_portranges only for pods that have some.
+  if (ranges.length) pod.value = mcPod.encode({ ...mcPod.decode(pod.value), flags: mcPod.decode(pod.value).flags | PodFlag.PORT_RANGES });
+  return { pod, stats, cidrs, ports, ranges };
 }
 
 /** The netns a cidrs/ports key belongs to (for sweeping a pod's entries). */
 export function netnsOfKey(map: MapName, key: Buffer): bigint | null {
   if (map === MAP.cidrs) return mcCidrKey.decode(key).netns;
   if (map === MAP.ports) return mcPortKey.decode(key).netns;
+  if (map === MAP.portranges) return mcPortRangeKey.decode(key).netns;
   if (map === MAP.pods || map === MAP.stats) return key.readBigUInt64LE(0);
   return null;
 }

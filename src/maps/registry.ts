@@ -6,9 +6,9 @@ import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { MAP, mcPod, mcStats, u64Key, type McPod, type McStats } from './layout.js';
-import { netnsOfKey, podEntries, type MapEntry, type MapName, type PodEntries } from './pod-entries.js';
+import { keyedEntries, netnsOfKey, podEntries, type MapEntry, type MapName, type PodEntries } from './pod-entries.js';
 
-const SWEPT: MapName[] = [MAP.cidrs, MAP.ports];
+const SWEPT: MapName[] = [MAP.cidrs, MAP.ports, MAP.portranges];
 
 /**
  * The CIDR and port keys in the kernel, by pod (hex), read in one scan per
@@ -30,7 +30,7 @@ export class PodMaps {
   constructor(readonly mapsDir: string) {
     const dir = mapsDir;
     try {
-      for (const name of [MAP.pods, MAP.cidrs, MAP.ports, MAP.stats] as MapName[]) {
+      for (const name of [MAP.pods, MAP.cidrs, MAP.ports, MAP.portranges, MAP.stats] as MapName[]) {
         const fd = bpf.objGet(path.join(dir, name));
         this.fds.set(name, fd);
         this.keySizes.set(name, bpf.mapInfo(fd).keySize);
@@ -84,7 +84,7 @@ export class PodMaps {
   write(netns: bigint, cfg: CaptureConfig, podIPs: string[]): PodEntries {
     const e = podEntries(netns, cfg, podIPs);
     const put = (x: MapEntry, flags = 0) => bpf.mapUpdate(this.fd(x.map), x.key, x.value, flags);
-    for (const x of [...e.cidrs, ...e.ports]) put(x);
+    for (const x of keyedEntries(e)) put(x);
     // Counters survive a repeated ADD: only create them.
     try {
       put(e.stats, bpf.consts.BPF_NOEXIST);
@@ -93,13 +93,13 @@ export class PodMaps {
     }
     put(e.pod);
     // Drop entries of an earlier config of the same pod.
-    const want = new Set([...e.cidrs, ...e.ports].map((x) => `${x.map}:${x.key.toString('hex')}`));
+    const want = new Set(keyedEntries(e).map((x) => `${x.map}:${x.key.toString('hex')}`));
     const index = this.podIndex();
     for (const m of SWEPT) {
       for (const key of index.get(m)!.get(netns) ?? []) {
         if (!want.has(`${m}:${key.toString('hex')}`)) bpf.mapDelete(this.fd(m), key);
       }
-      index.get(m)!.set(netns, [...e.cidrs, ...e.ports].filter((x) => x.map === m).map((x) => x.key));
+      index.get(m)!.set(netns, keyedEntries(e).filter((x) => x.map === m).map((x) => x.key));
     }
     return e;
   }
@@ -182,12 +182,18 @@ export class PodMaps {
     else if (!live.equals(e.pod.value)) problems.push(`${MAP.pods} entry for netns cookie ${netns} differs from the pod's config`);
     if (!bpf.mapLookup(this.fd(MAP.stats), e.stats.key, mcStats.size)) problems.push(`no ${MAP.stats} entry`);
     for (const m of SWEPT) {
-      const want = [...e.cidrs, ...e.ports].filter((x) => x.map === m).map((x) => x.key.toString('hex'));
+      const wantEntries = keyedEntries(e).filter((x) => x.map === m);
+      const want = wantEntries.map((x) => x.key.toString('hex'));
       const have = snap ? (snap.get(m)!.get(netns) ?? new Set<string>()) : new Set(this.keysOf(m, netns).map((k) => k.toString('hex')));
       const missing = want.filter((k) => !have.has(k));
       if (missing.length) problems.push(`${missing.length} ${m} entries missing`);
       const extra = [...have].filter((k) => !want.includes(k));
       if (extra.length) problems.push(`${extra.length} stale ${m} entries`);
+      // A range's bounds are in its value, not its key.
+      if (m === MAP.portranges) {
+        const differs = wantEntries.filter((x) => have.has(x.key.toString('hex'))).filter((x) => !bpf.mapLookup(this.fd(m), x.key, x.value.length)?.equals(x.value));
+        if (differs.length) problems.push(`${differs.length} ${m} entries with other bounds`);
+      }
     }
     return problems;
   }

@@ -119,7 +119,7 @@ export class EbpfBackend implements PodBackend {
   /** Entries left for a netns in any per-pod map (0 after remove). */
   leftovers(netns: bigint): number {
     return (this.maps.pod(netns) ? 1 : 0) + (this.maps.stats(netns) ? 1 : 0) +
-      this.maps.keysOf('mc_cidrs', netns).length + this.maps.keysOf('mc_ports', netns).length +
+      this.maps.keysOf('mc_cidrs', netns).length + this.maps.keysOf('mc_ports', netns).length + this.maps.keysOf('mc_portranges', netns).length +
       (hasPodInbound(this.pinRoot, netns) ? 1 : 0);
   }
 }

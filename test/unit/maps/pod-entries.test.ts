@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { podEntries } from '../../../src/maps/pod-entries.js';
-import { CidrKind, mcCidrKey, mcPod, mcPortKey, PodFlag, PortKind } from '../../../src/maps/layout.js';
+import { podEntries, RANGE_MIN, splitPorts } from '../../../src/maps/pod-entries.js';
+import { CidrKind, MC_PORT_RANGES, mcCidrKey, mcPod, mcPortKey, mcPortRange, mcPortRangeKey, PodFlag, PortKind } from '../../../src/maps/layout.js';
 import { istioCapture } from '../../helpers/pods.js';
 
 const NS = 0x1122334455667788n;
@@ -62,9 +62,42 @@ describe('pod -> map entries', () => {
 
   it('has no small per-pod caps: 200 CIDRs and 200 ports', () => {
     const many = Array.from({ length: 200 }, (_, i) => `10.${i}.0.0/16`).join(',');
-    const manyPorts = Array.from({ length: 200 }, (_, i) => String(20000 + i)).join(',');
+    const manyPorts = Array.from({ length: 200 }, (_, i) => String(20000 + 2 * i)).join(',');
     const e = podEntries(NS, istioCapture({ annotations: { 'traffic.sidecar.istio.io/excludeOutboundIPRanges': many, 'traffic.sidecar.istio.io/excludeOutboundPorts': manyPorts } }), []);
     expect(e.cidrs).toHaveLength(200);
     expect(e.ports.filter((p) => mcPortKey.decode(p.key).kind === PortKind.OUT_EXCLUDE)).toHaveLength(200);
+  });
+
+  it('stores a wide port range as one range, not one mc_ports entry per port, and flags the pod', () => {
+    // Istio's annotations take single ports only: 4,096 of them listed one by one
+    const wide = Array.from({ length: 4096 }, (_, i) => String(1024 + i)).join(',');
+    const e = podEntries(NS, istioCapture({ annotations: { 'traffic.sidecar.istio.io/excludeOutboundPorts': `${wide},53` } }), []);
+    expect(e.ports.filter((p) => mcPortKey.decode(p.key).kind === PortKind.OUT_EXCLUDE).map((p) => mcPortKey.decode(p.key).port)).toEqual([53]);
+    expect(e.ranges).toHaveLength(1);
+    const k = mcPortRangeKey.decode(e.ranges[0]!.key);
+    expect([k.kind, k.idx]).toEqual([PortKind.OUT_EXCLUDE, 0]);
+    expect(mcPortRange.decode(e.ranges[0]!.value)).toMatchObject({ lo: 1024, hi: 1024 + 4095 });
+    expect(mcPod.decode(e.pod.value).flags & PodFlag.PORT_RANGES).toBe(PodFlag.PORT_RANGES);
+    expect(mcPod.decode(podEntries(NS, istioCapture({}), []).pod.value).flags & PodFlag.PORT_RANGES).toBe(0);
+  });
+});
+
+describe('splitPorts', () => {
+  it('keeps short runs as single ports and RANGE_MIN-long runs as ranges', () => {
+    const short = Array.from({ length: RANGE_MIN - 1 }, (_, i) => 100 + i);
+    const long = Array.from({ length: RANGE_MIN }, (_, i) => 200 + i);
+    expect(splitPorts([...long, ...short, 7])).toEqual({ singles: [7, ...short], ranges: [[200, 200 + RANGE_MIN - 1]] });
+  });
+
+  it('keeps the widest MC_PORT_RANGES runs as ranges, expands the rest', () => {
+    const runs = Array.from({ length: MC_PORT_RANGES + 1 }, (_, r) => Array.from({ length: RANGE_MIN + r }, (_, i) => 1000 * (r + 1) + i)).flat();
+    const out = splitPorts(runs);
+    expect(out.ranges).toHaveLength(MC_PORT_RANGES);
+    expect(out.ranges[0]).toEqual([2000, 2000 + RANGE_MIN]); // the narrowest run (r = 0, at 1000) is the one expanded
+    expect(out.singles).toEqual(Array.from({ length: RANGE_MIN }, (_, i) => 1000 + i));
+  });
+
+  it('dedups and sorts', () => {
+    expect(splitPorts([5, 3, 5, 4])).toEqual({ singles: [3, 4, 5], ranges: [] });
   });
 });
