@@ -6,6 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { createMetrics } from '../../../src/agent/metrics.js';
+import { createInstallMetrics } from '../../../src/install-cni/run.js';
 import type { StateStore } from '../../../src/agent/state-store.js';
 import { families, queriedFamilies } from '../../helpers/prometheus.js';
 
@@ -17,16 +18,17 @@ const dashboard = JSON.parse(readFileSync(new URL('../../../deploy/grafana/meshc
 const exprs = [...dashboard.panels.flatMap((p) => p.targets.map((t) => t.expr)), ...dashboard.templating.list.flatMap((v) => (v.definition ? [v.definition] : []))];
 
 describe('the Grafana dashboard', () => {
-  it('queries only metrics the agent exports', async () => {
-    const known = families(await createMetrics({ list: () => [] } as unknown as StateStore, () => null, { perPod: true }).registry.metrics());
+  it('queries only metrics the agent and install-cni export', async () => {
+    const known = families((await createMetrics({ list: () => [] } as unknown as StateStore, () => null, { perPod: true }).registry.metrics()) +
+      (await createInstallMetrics(() => true).registry.metrics()));
     const queried = queriedFamilies(exprs, known);
     expect(queried.length).toBeGreaterThanOrEqual(9);
     expect(queried.filter((n) => !known.has(n))).toEqual([]);
   });
 
-  it('covers CNI rate, errors and latency, pods by mode, captured connections, repairs, reloads', () => {
+  it('covers CNI rate, errors and latency, pods by mode, captured connections, repairs, reloads, chain re-insertions, map fill', () => {
     const all = exprs.join('\n');
-    for (const m of ['meshcap_cni_requests_total', 'meshcap_cni_request_duration_seconds_bucket', 'meshcap_pods{', 'meshcap_redirected_connections_total', 'meshcap_pod_redirected_connections_total', 'meshcap_reconcile_pods_total', 'meshcap_datapath_reloads_total', 'meshcap_pods_unrestored']) {
+    for (const m of ['meshcap_repair_pods_total', 'meshcap_cni_config_reinsertions_total', 'meshcap_bpf_map_entries', 'meshcap_cni_requests_total', 'meshcap_cni_request_duration_seconds_bucket', 'meshcap_pods{', 'meshcap_redirected_connections_total', 'meshcap_pod_redirected_connections_total', 'meshcap_reconcile_pods_total', 'meshcap_datapath_reloads_total', 'meshcap_pods_unrestored']) {
       expect(all, m).toContain(m);
     }
   });
