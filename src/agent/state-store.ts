@@ -6,7 +6,7 @@
 // describes kernel state (pins, maps, netns rules) that a reboot erases too,
 // so it only has to survive the process, and the page cache does that; fsync
 // cost ~0.8 ms per ADD on disk for nothing (the default dir is tmpfs anyway).
-import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { open, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { MeshProfile } from '../mesh/vocabulary.js';
@@ -110,6 +110,8 @@ export class StateStore {
   /** Creates the directory and loads what a previous agent left. Returns unreadable files. */
   open(): string[] {
     mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    // root-only also when it already existed: records name every pod and its capture settings
+    chmodSync(this.dir, 0o700);
     const { records, problems } = readRecords(this.dir);
     for (const r of records) this.index.set(attachmentKey(r.containerId, r.ifname), r);
     return problems;

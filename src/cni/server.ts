@@ -1,7 +1,7 @@
 // The agent's CNI endpoint: a unix socket the meshcap-cni forwarder connects
 // to once per runtime call. One bounded request per connection, dispatched
 // to the handlers, one reply, one log line.
-import { chmod, lstat, mkdir, unlink } from 'node:fs/promises';
+import { chmod, lstat, mkdir, stat, unlink } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import type { Logger } from 'pino';
@@ -11,6 +11,7 @@ import { CNI_ERROR_CODES } from './rules.js';
 import type { CniHandlers } from './types.js';
 import { MAX_REQUEST_BYTES, decodeWireRequest, encodeWireReply, type WireReply } from './wire.js';
 import { meshcapVersion } from '../version.js';
+import { peerCredentials, type PeerCredentials } from '../native/addon.js';
 
 export interface CniServerOptions {
   socketPath: string;
@@ -29,6 +30,27 @@ export interface CniServer {
 
 function errorReply(err: CniError): WireReply {
   return { exitCode: 1, stdout: JSON.stringify(err.toResult(undefined)) };
+}
+
+/**
+ * Only root may use the socket: the container runtime runs its plugins as
+ * root, and a request here can remove any pod's capture (DEL) or set one up.
+ * The socket file is 0600 in a 0700 directory, but a process with
+ * CAP_DAC_OVERRIDE, or a socket directory someone made wider, gets past file
+ * modes; SO_PEERCRED (the uid the peer had at connect()) does not care.
+ * Returns why the peer is refused, or undefined.
+ */
+function peerRefusal(sock: net.Socket): { why: string; cred?: PeerCredentials } | undefined {
+  const fd = (sock as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
+  if (typeof fd !== 'number' || fd < 0) return { why: 'cannot tell who connected (no socket fd)' };
+  let cred: PeerCredentials;
+  try {
+    cred = peerCredentials(fd);
+  } catch (err) {
+    return { why: `cannot tell who connected: ${(err as Error).message}` };
+  }
+  if (cred.uid !== 0) return { why: `peer pid ${cred.pid} runs as uid ${cred.uid}, and only root (uid 0) may use the CNI socket`, cred };
+  return undefined;
 }
 
 /** Is something listening on this socket path? */
@@ -63,7 +85,13 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
   const { socketPath, handlers, logger } = opts;
   const readTimeoutMs = opts.requestReadTimeoutMs ?? 5000;
   // Only the root-owned agent and the runtime's plugin (root) may talk here.
-  await mkdir(path.dirname(socketPath), { recursive: true, mode: 0o700 });
+  const dir = path.dirname(socketPath);
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  const dirStat = await stat(dir);
+  if (dirStat.uid !== 0 || ((dirStat.mode & 0o022) !== 0 && (dirStat.mode & 0o1000) === 0)) {
+    // whoever may write there may replace the socket with one of their own
+    logger.warn({ dir, mode: (dirStat.mode & 0o7777).toString(8), owner: dirStat.uid }, 'the CNI socket directory is not root-only: whoever can write to it can replace the socket; make it root-owned 0700 (or 1777 at least)');
+  }
   await removeStaleSocket(socketPath);
 
   const open = new Set<net.Socket>();
@@ -71,15 +99,35 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
     open.add(sock);
     sock.once('close', () => open.delete(sock));
     sock.on('error', (err) => logger.debug({ err }, 'cni connection error'));
+    const refused = peerRefusal(sock);
+    if (refused) {
+      logger.warn({ peerPid: refused.cred?.pid, peerUid: refused.cred?.uid, peerGid: refused.cred?.gid, reason: refused.why }, 'refused a CNI connection from a process that is not root');
+      // no agent identity for a stranger; read and drop what it sends
+      sock.on('data', () => undefined);
+      sock.end(encodeWireReply({ exitCode: 1, stdout: JSON.stringify(new CniError(CNI_ERROR_CODES.INTERNAL, `permission denied: ${refused.why}`).toResult(undefined)) }));
+      setTimeout(() => sock.destroy(), readTimeoutMs).unref();
+      return;
+    }
     serveConnection(sock, handlers, logger, readTimeoutMs, opts.identity);
   });
 
+  // Created 0600 (umask 0177 around the bind, which listen() does before it
+  // returns), not only chmod'ed after: no moment in which others may connect.
+  // (process.umask throws in worker threads; the chmod still applies there.)
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(socketPath, () => {
-      server.off('error', reject);
-      resolve();
-    });
+    let umask: number | undefined;
+    try {
+      umask = process.umask(0o177);
+    } catch { /* worker thread */ }
+    try {
+      server.listen(socketPath, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    } finally {
+      if (umask !== undefined) process.umask(umask);
+    }
   });
   await chmod(socketPath, 0o600);
   server.on('error', (err) => logger.error({ err, socketPath }, 'cni socket server error'));

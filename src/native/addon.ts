@@ -149,6 +149,7 @@ interface Binding {
   getOriginalDst(fd: number, level: 'ipv4' | 'ipv6'): OriginalDst;
   setTransparent(fd: number, level: 'ipv4' | 'ipv6'): void;
   takeFd(pid: number, fd: number): number;
+  peerCredentials(fd: number): PeerCredentials;
   libbpfVersion(): string;
   takeLibbpfLog(): string;
   consts: Consts;
@@ -283,6 +284,15 @@ export function setTransparent(fd: number, level: 'ipv4' | 'ipv6'): void {
 /** A duplicate (O_CLOEXEC) of fd `fd` of process `pid` (pidfd_open + pidfd_getfd, Linux 5.6; needs ptrace rights over pid). */
 export function takeFd(pid: number, fd: number): number {
   return native.takeFd(pid, fd);
+}
+/** Who is at the other end of a connected unix socket (SO_PEERCRED: its pid, uid and gid at connect time). */
+export interface PeerCredentials {
+  pid: number;
+  uid: number;
+  gid: number;
+}
+export function peerCredentials(fd: number): PeerCredentials {
+  return native.peerCredentials(fd);
 }
 export function libbpfVersion(): string {
   return native.libbpfVersion();

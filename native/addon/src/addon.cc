@@ -17,6 +17,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitNetnsCookie(env, exports);
   InitOrigDst(env, exports);
   InitPidfd(env, exports);
+  InitPeerCred(env, exports);
   InitConsts(env, exports);
   return exports;
 }
