@@ -49,11 +49,25 @@ export default defineConfig({
           // a private etcd + kube-apiserver (built by scripts/build-k8s.sh)
           // per file, on 127.0.0.1: the pod watch against the real API server
           include: ['test/k8s/**/*.test.ts'],
+          exclude: ['test/k8s/node/**'],
           fileParallelism: false,
           testTimeout: 180_000,
           hookTimeout: 180_000,
         },
       },
+      // a real node (containerd + kubelet, kube-controller-manager,
+      // kube-scheduler, the DaemonSet from deploy/): only in
+      // `npm run test:k8s` (MESHCAP_K8S_NODE=1), not in npm test
+      // (docs/kubernetes-e2e.md: its builds and run time)
+      ...(process.env.MESHCAP_K8S_NODE === '1' ? [{
+        test: {
+          name: 'k8s-node',
+          include: ['test/k8s/node/**/*.test.ts'],
+          fileParallelism: false,
+          testTimeout: 400_000,
+          hookTimeout: 300_000,
+        },
+      }] : []),
     ],
   },
 });

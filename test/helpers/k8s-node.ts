@@ -422,7 +422,7 @@ containerRuntimeEndpoint: unix://${this.containerdSock}
 makeIPTablesUtilChains: false
 failSwapOn: false
 resolvConf: ""
-podLogsDirectory: ${this.podLogs}
+podLogsDir: ${this.podLogs}
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -455,17 +455,22 @@ fileCheckFrequency: 10s
    * Deletes every pod (the kubelet tears each sandbox down: CNI DEL reaches
    * the chain), then ends kubelet and containerd and removes what the node
    * made. The control plane is the caller's to stop afterwards.
+   * beforeUnmount runs once no container is left, before the private bpffs
+   * and the other mounts go (to unpin what the pods pinned there).
    */
-  async stop(): Promise<void> {
+  async stop(beforeUnmount?: () => void): Promise<void> {
     try {
       if (existsSync(this.adminKubeconfig)) {
         // DaemonSets first, or their pods come back
         try { this.kubectl(['delete', 'daemonsets,deployments', '--all', '--all-namespaces', '--wait=false']); } catch { /* API down */ }
         try { this.kubectl(['delete', 'pods', '--all', '--all-namespaces', '--grace-period=1', '--wait=false']); } catch { /* API down */ }
+        // until no task runs: kubelet has stopped every container and torn
+        // every sandbox down (CNI DEL); removing the exited containers is
+        // kubelet's minute-long GC, which the state dir's removal replaces
         const end = Date.now() + 60_000;
         while (Date.now() < end) {
           let left = '';
-          try { left = this.ctr('containers', 'ls', '-q').trim(); } catch { break; }
+          try { left = this.ctr('tasks', 'ls', '-q').trim(); } catch { break; }
           if (!left) break;
           await sleep(500);
         }
@@ -473,7 +478,11 @@ fileCheckFrequency: 10s
     } finally {
       await this.cp.stopComponent('kubelet');
       await this.cp.stopComponent('containerd');
-      this.detach();
+      try {
+        beforeUnmount?.();
+      } finally {
+        this.detach();
+      }
       cleanupNode(this.record, false);
     }
   }
