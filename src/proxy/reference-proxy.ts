@@ -63,6 +63,16 @@ export function startReferenceProxy(o: ProxyOptions): { stats: ProxyStats; ready
     stats.byOrig[key] = (stats.byOrig[key] ?? 0) + 1;
     emit({ event: 'accept', listener, orig: key, local: fmt(sock.localFamily === 'IPv6' ? 6 : 4, sock.localAddress ?? '', sock.localPort ?? 0), peer: `${sock.remoteAddress}:${sock.remotePort}`, raw: orig.raw.toString('hex'), optlen: orig.optlen });
     sock.setNoDelay(true);
+    // A connection made straight to this listener (not redirected) reports
+    // the listener itself as its original destination where conntrack
+    // tracks it (iptables mode): forwarding it would connect to ourselves
+    // again and again. Envoy closes such loops too.
+    const local = (sock.localAddress ?? '').replace(/^::ffff:/, '');
+    if (orig.port === sock.localPort && orig.address.replace(/^::ffff:/, '') === local) {
+      emit({ event: 'loop', listener, orig: key });
+      sock.destroy();
+      return;
+    }
     if (o.echo) {
       sock.pipe(sock);
       sock.on('error', () => sock.destroy());
