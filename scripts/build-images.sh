@@ -78,12 +78,11 @@ declare -A ref=(
 )
 IMAGES=(meshcap app sidecar pause)
 current() { [ -f "$out/$1.stamp" ] && [ "$(cat "$out/$1.stamp")" = "${want[$1]}" ] && { [ "$1" = base ] || [ -s "$out/$1.tar" ]; }; }
-all_current=1
-for i in "${IMAGES[@]}"; do current "$i" || all_current=0; done
-if ((all_current)); then
+up_to_date() {
+  for i in "${IMAGES[@]}"; do current "$i" || return 1; done
   for i in "${IMAGES[@]}"; do say "$i.tar ${ref[$i]} up to date ($(du -h "$out/$i.tar" | cut -f1))"; done
-  exit 0
-fi
+}
+up_to_date && exit 0
 
 # --- a private podman ------------------------------------------------------
 for t in podman debootstrap gcc tar; do
@@ -91,7 +90,7 @@ for t in podman debootstrap gcc tar; do
 done
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap, podman with a private store)"
 exec 9>"$out/.lock"
-flock -n 9 || { say "another build-images run holds $out/.lock; waiting"; flock 9; }
+flock -n 9 || { say "another build-images run holds $out/.lock; waiting"; flock 9; up_to_date && exit 0; }
 
 store=$out/storage
 runroot=/run/meshcap-images/$(echo "$root" | sha256sum | cut -c1-12)
