@@ -99,7 +99,8 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
   };
 
   const store = new StateStore(o.stateDir);
-  for (const p of store.open()) log.warn({ problem: p }, 'ignoring an unreadable state record');
+  const unreadable = store.open();
+  for (const p of unreadable) log.warn({ problem: p }, 'ignoring an unreadable state record');
 
   const cleanup = async () => {
     closing = true;
@@ -182,7 +183,10 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       metrics.setUnrestored(r.failed);
       return r;
     };
-    const startup = await pass('start', true);
+    // An unreadable record may belong to a live pod: sweeping the map entries
+    // no readable record owns would take its capture away (fail open).
+    if (unreadable.length > 0) log.warn({ unreadable: unreadable.length, stateDir: o.stateDir }, 'not sweeping orphan map entries: unreadable state records may own them; fix or remove those files');
+    const startup = await pass('start', unreadable.length === 0);
     const handlers = metrics.instrument(base);
     const startedAt = new Date().toISOString();
     server = await startCniServer({
