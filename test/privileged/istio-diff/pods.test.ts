@@ -3,11 +3,12 @@
 // istio.io/istio): generated pods, a fixed seed, the same decision by
 // category, and for redirected pods the same rules byte for byte
 // (docs/istio-compat.md). ISTIO_DIFF_SEED / ISTIO_DIFF_POD_RUNS run more.
+import { execFileSync, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { projectRoot } from '../../../src/paths.js';
-import { createPeerNetns, istioVersion, IstioCniDecider, requirePeers, type PeerNetns } from '../../helpers/istio-peers.js';
+import { createPeerNetns, ISTIO_CNI, istioVersion, IstioCniDecider, requirePeers, type PeerNetns } from '../../helpers/istio-peers.js';
 import { describePod, diffPod, generatePodCases, istioCategory, runPodDiff } from '../../helpers/istio-diff/pod-diff.js';
 import type { PodVector } from '../../unit/decision/istio-diff-pod-vectors.test.js';
 
@@ -52,4 +53,12 @@ describe(`meshed-pod decision vs istio-cni (istio.io/istio ${istioVersion()})`, 
       expect(r.identical, `${v.name}: ${r.detail}`).toBe(true);
     }
   }, 120_000);
+
+  it('the istio-cni plugin binary is built from the pinned version (it answers VERSION, and names the version run by hand)', () => {
+    const v = JSON.parse(execFileSync(ISTIO_CNI, [], { input: '{}', env: { CNI_COMMAND: 'VERSION' }, encoding: 'utf8' })) as { supportedVersions: string[] };
+    expect(v.supportedVersions).toContain('1.0.0');
+    const run = spawnSync(ISTIO_CNI, [], { env: {}, encoding: 'utf8' });
+    const about = run.stdout + run.stderr;
+    expect(about).toContain(`CNI plugin istio-cni ${istioVersion()}`);
+  });
 });
