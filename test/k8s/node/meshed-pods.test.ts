@@ -132,6 +132,23 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
     });
   }
 
+  /**
+   * The sidecar's accepts after the first `seen`, once one on `listener` with
+   * `orig` is there: the container log reaches kubelet's file a little after
+   * the connection (up to 10 s).
+   */
+  async function acceptsAfter(ns: string, pod: string, seen: number, listener: string, orig: string): Promise<{ listener: string; orig: string }[]> {
+    const end = Date.now() + 10_000;
+    for (;;) {
+      const acc = sidecarAccepts(ns, pod).slice(seen).filter((e) => e.listener === listener);
+      if (acc.some((e) => e.orig === orig) || Date.now() > end) return acc;
+      await sleep(100);
+    }
+  }
+
+  /** Time for a log line that should not come to reach the file if it came after all. */
+  const QUIET_MS = 1500;
+
   function kustomization(mode: 'auto' | 'iptables'): void {
     // the base's DaemonSet, to patch its containers and volumes by index
     const docs = parseAllDocuments(readFileSync(path.join(BASE, 'meshcap.yaml'), 'utf8')).map((d) => d.toJS() as { kind?: string; spec?: never });
@@ -390,7 +407,7 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
     const served = answer(out.replace(/^DIALED /, ''));
     expect(served.local).toBe(`${ip.server}:8080`);
     expect(served.peer.startsWith(`${ip.meshed}:`)).toBe(true);
-    const outAcc = sidecarAccepts(MESHED_NS, meshed).slice(seen0).filter((e) => e.listener === 'outbound');
+    const outAcc = await acceptsAfter(MESHED_NS, meshed, seen0, 'outbound', `${ip.server}:8080`);
     expect(outAcc.map((e) => e.orig)).toContain(`${ip.server}:8080`);
     line(`${mode}: meshed pod -> server pod ${ip.server}:8080 carried by the sidecar (15001, original destination ${outAcc[0]?.orig})`, Date.now() - t);
 
@@ -400,7 +417,7 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
     const seen1 = sidecarAccepts(MESHED_NS, meshed).length;
     const inb = answer(await exchange(ip.meshed, 8080, `in-${sfx}`));
     expect(inb.peer.startsWith('127.0.0.6:')).toBe(true);
-    const inAcc = sidecarAccepts(MESHED_NS, meshed).slice(seen1).filter((e) => e.listener === 'inbound');
+    const inAcc = await acceptsAfter(MESHED_NS, meshed, seen1, 'inbound', `${ip.meshed}:8080`);
     expect(inAcc.map((e) => e.orig)).toContain(`${ip.meshed}:8080`);
     line(`${mode}: node -> meshed pod :8080 landed on the sidecar's 15006 (original destination ${inAcc[0]?.orig}), app saw ${inb.peer}`, Date.now() - t);
 
@@ -409,6 +426,7 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
     const seen2 = sidecarAccepts(MESHED_NS, meshed).length;
     const health = answer(await exchange(ip.meshed, 15021, `health-${sfx}`));
     expect(health.peer.startsWith(`${NODE_IP}:`)).toBe(true);
+    await sleep(QUIET_MS);
     expect(sidecarAccepts(MESHED_NS, meshed).slice(seen2)).toEqual([]);
     line(`${mode}: node -> meshed pod :15021 direct (app saw ${health.peer})`, Date.now() - t);
 
@@ -422,6 +440,7 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
     expect(e1.peer.startsWith(`${NODE_IP}:`)).toBe(true);
     const e2 = await exchange(ip.excluded, 15021, `DIAL ${ip.server}:8080 excluded-out-${sfx}`);
     expect(e2).toMatch(/^DIALED /);
+    await sleep(QUIET_MS);
     expect(sidecarAccepts(EXCLUDED_NS, excluded)).toEqual([]);
     expect(records().map((r) => r.podName)).not.toContain(plain);
     expect(records().map((r) => r.podName)).not.toContain(excluded);
@@ -472,7 +491,10 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
     const fails = containerLog(MESHED_NS, 'streamer', 'app').filter((l) => l.startsWith('fail '));
     expect(fails).toEqual([]);
     expect(summary).toMatchObject({ ok: COUNT, failed: 0 });
-    const captured = sidecarAccepts(MESHED_NS, 'streamer').filter((e) => e.listener === 'outbound' && e.orig === `${target}:8080`).length;
+    const capturedNow = () => sidecarAccepts(MESHED_NS, 'streamer').filter((e) => e.listener === 'outbound' && e.orig === `${target}:8080`).length;
+    const endLog = Date.now() + 10_000;
+    while (capturedNow() < COUNT && Date.now() < endLog) await sleep(200);
+    const captured = capturedNow();
     expect(captured).toBe(COUNT);
     line(`rollout restart of the DaemonSet (${(restartMs / 1000).toFixed(1)} s) during ${COUNT} connections: ${summary!.failed} failed, ${COUNT - captured} uncaptured`, Date.now() - t, ['a new meshcap agent pod']);
     t = Date.now();
