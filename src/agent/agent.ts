@@ -12,7 +12,7 @@ import type { CniHandlers } from '../cni/types.js';
 import type { PodSource } from '../kube/pod-source.js';
 import { loadDatapath } from '../loader/datapath.js';
 import { pinLayout } from '../loader/manifest.js';
-import { keepPinnedMode, type Mode, type ModeRequest } from '../loader/mode.js';
+import { pinnedMode, type Mode, type ModeRequest } from '../loader/mode.js';
 import { MAP } from '../maps/layout.js';
 import { probeKernel } from '../loader/probe.js';
 import { EbpfBackend } from '../pod-datapath/ebpf.js';
@@ -120,10 +120,8 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
     let mode: Mode = 'iptables';
     let reasons = ['iptables mode forced by --mode iptables'];
     if (o.mode !== 'iptables') {
-      const probe = await probeKernel(o.mode);
       const pinned = existsSync(path.join(pinLayout(o.pinRoot).maps, MAP.pods));
-      ({ mode, reasons } = keepPinnedMode(probe, o.mode, pinned));
-      if (mode !== probe.mode) log.warn({ probe: probe.reasons, pinRoot: o.pinRoot }, 'the probe chose iptables mode, but the eBPF datapath is pinned: staying in eBPF mode');
+      ({ mode, reasons } = pinnedMode(o.mode, pinned, o.pinRoot) ?? await probeKernel(o.mode));
     }
     if (mode === 'ebpf') {
       const loaded = await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice });

@@ -45,16 +45,14 @@ export function decideMode(input: {
 
 /**
  * Mode is sticky: where an earlier agent pinned the eBPF datapath (pins live
- * until reboot or uninstall), `auto` stays in eBPF mode even if this probe
- * says otherwise. A transient probe failure must not flip a node with
- * running eBPF pods to iptables (its pods' DELs and CHECKs would then look
- * in the wrong datapath); if eBPF really is gone, loading the datapath fails
- * loudly instead. --mode iptables still wins.
+ * until reboot or uninstall, so on this boot's kernel, which accepted it),
+ * eBPF mode stays without probing: a transient probe failure must not flip a
+ * node with running eBPF pods to iptables (its pods' DELs and CHECKs would
+ * then look in the wrong datapath), and the probe's trial loads are most of
+ * a restart's time. If eBPF really is gone, loading the datapath fails
+ * loudly instead. --mode iptables still wins. null: no pins, probe.
  */
-export function keepPinnedMode(d: ModeDecision, requested: ModeRequest, pinned: boolean): ModeDecision {
-  if (requested !== 'auto' || d.mode === 'ebpf' || !pinned) return d;
-  return {
-    mode: 'ebpf',
-    reasons: [`the eBPF datapath is already pinned on this node: staying in eBPF mode although the probe said: ${d.reasons.join('; ')}`],
-  };
+export function pinnedMode(requested: ModeRequest, pinned: boolean, pinRoot: string): ModeDecision | null {
+  if (requested === 'iptables' || !pinned) return null;
+  return { mode: 'ebpf', reasons: [`the eBPF datapath is pinned under ${pinRoot} (loaded on this boot's kernel): staying in eBPF mode, no probe`] };
 }

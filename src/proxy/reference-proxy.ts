@@ -46,7 +46,7 @@ export function startReferenceProxy(o: ProxyOptions): { stats: ProxyStats; ready
     if (!o.quiet) process.stdout.write(JSON.stringify(e) + '\n');
   };
 
-  const onConn = (listener: Listener, family: 4 | 6) => (sock: net.Socket) => {
+  const onConn = (listener: Listener, family: 4 | 6, port: number) => (sock: net.Socket) => {
     const fd = (sock as unknown as { _handle?: { fd?: number } })._handle?.fd;
     let orig;
     try {
@@ -64,11 +64,13 @@ export function startReferenceProxy(o: ProxyOptions): { stats: ProxyStats; ready
     emit({ event: 'accept', listener, orig: key, local: fmt(sock.localFamily === 'IPv6' ? 6 : 4, sock.localAddress ?? '', sock.localPort ?? 0), peer: `${sock.remoteAddress}:${sock.remotePort}`, raw: orig.raw.toString('hex'), optlen: orig.optlen });
     sock.setNoDelay(true);
     // A connection made straight to this listener (not redirected) reports
-    // the listener itself as its original destination where conntrack
-    // tracks it (iptables mode): forwarding it would connect to ourselves
-    // again and again. Envoy closes such loops too.
+    // the listener itself (its port, our own address) as its original
+    // destination where conntrack tracks it (iptables mode): forwarding it
+    // would connect to ourselves again and again. Envoy closes such loops
+    // too. (eBPF inbound keeps the original destination as the local
+    // address, on the app's port: not this.)
     const local = (sock.localAddress ?? '').replace(/^::ffff:/, '');
-    if (orig.port === sock.localPort && orig.address.replace(/^::ffff:/, '') === local) {
+    if (orig.port === port && sock.localPort === port && orig.address.replace(/^::ffff:/, '') === local) {
       emit({ event: 'loop', listener, orig: key });
       sock.destroy();
       return;
@@ -99,7 +101,7 @@ export function startReferenceProxy(o: ProxyOptions): { stats: ProxyStats; ready
     return fams.map(
       (family) =>
         new Promise<void>((resolve, reject) => {
-          const s = net.createServer({ noDelay: true, allowHalfOpen: true }, onConn(listener, family));
+          const s = net.createServer({ noDelay: true, allowHalfOpen: true }, onConn(listener, family, port));
           servers.push(s);
           s.once('error', reject);
           s.listen({ host: family === 4 ? '0.0.0.0' : '::', port, ipv6Only: family === 6, backlog: 4096 }, () => {

