@@ -69,6 +69,15 @@ export function createPeerNetns(): PeerNetns {
     }
   };
   process.once('exit', close);
+  // namespaces a killed run left behind (its process is gone): remove them
+  for (const stale of execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' }).split('\n')) {
+    const m = /^(mc-idiff-(\d+)-\S+)/.exec(stale);
+    if (m && !existsSync(`/proc/${m[2]}`)) {
+      try {
+        execFileSync('ip', ['netns', 'del', m[1] as string], { stdio: 'ignore' });
+      } catch { /* raced */ }
+    }
+  }
   const make = (suffix: string, v4: boolean, v6: boolean): string => {
     const n = `${tag}-${suffix}`;
     ip('netns', 'add', n);

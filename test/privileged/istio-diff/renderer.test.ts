@@ -33,8 +33,10 @@ describe(`renderer vs istio-iptables (istio.io/istio ${istioVersion()})`, () => 
   it(`${RUNS} generated cases (seed ${SEED}): identical rules or the same rejection`, async () => {
     // long runs (npm run test:istio-diff) report progress every 5,000 cases
     let done = 0;
-    const progress = process.env.ISTIO_DIFF_PROGRESS ? () => {
-      if (++done % 5000 === 0) process.stderr.write(`istio-diff renderer: ${done} of ${RUNS} cases\n`);
+    let differ = 0;
+    const progress = process.env.ISTIO_DIFF_PROGRESS ? (r: { identical: boolean }) => {
+      if (!r.identical) differ++;
+      if (++done % 5000 === 0) process.stderr.write(`istio-diff renderer: ${done} of ${RUNS} cases so far, ${done - differ} identical, ${differ} differ\n`);
     } : undefined;
     const s = await runFlagDiff(generateFlagCases(SEED, RUNS), netns, work.dir, 2, progress);
     const report = s.differences.slice(0, 10).map((d) => `#${d.index} ${describeCase(d.input)}\n  ${d.detail}`).join('\n\n');
