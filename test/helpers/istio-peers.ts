@@ -205,6 +205,7 @@ export async function runIstioIptables(input: IstioIptablesInput, workDir: strin
     text = readFileSync(record, 'utf8');
   } catch { /* nothing ran */ }
   rmSync(record, { force: true });
+  if (input.resolvConf !== undefined) rmSync(path.join(workDir, `${id}.resolv.conf`), { force: true });
   const logs = [...logLines(r.stdout), ...logLines(r.stderr)];
   const errors = logs.filter((l) => l.level === 'error').map((l) => l.msg);
   const cobra = /^Error: .*$/m.exec(r.stderr + r.stdout)?.[0];
