@@ -71,6 +71,9 @@ function sweepStaleDirs(): void {
   for (const name of readdirSync(tmpdir())) {
     if (!name.startsWith(DIR_PREFIX)) continue;
     const dir = path.join(tmpdir(), name);
+    // a node's dir has mounts, cgroups and a bridge to undo first:
+    // sweepStaleNodes() in test/helpers/k8s-node.ts removes it
+    if (existsSync(path.join(dir, 'node.json'))) continue;
     let owner = NaN;
     try {
       owner = Number(readFileSync(path.join(dir, 'owner.pid'), 'utf8'));

@@ -18,7 +18,7 @@
 // are (kubelet's iptables chains are off: makeIPTablesUtilChains false).
 // sweepStaleNodes() cleans what a SIGKILLed run left; leftovers() lists what
 // is left, for the teardown check.
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFile, execFileSync, spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, readlinkSync, rmdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -264,7 +264,16 @@ export class KubeNode {
     writeFileSync(path.join(cp.dir, 'node.json'), JSON.stringify(n.record));
     const stopOnExit = () => cleanupNode(n.record);
     process.on('exit', stopOnExit);
-    n.detach = () => process.off('exit', stopOnExit);
+    // Ctrl-C / SIGTERM: undo the node (mounts first) before the control
+    // plane's handler ends etcd and kube-apiserver, removes the dir and
+    // re-raises the signal
+    const onSignal = () => cleanupNode(n.record);
+    const signals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+    for (const sig of signals) process.prependOnceListener(sig, onSignal);
+    n.detach = () => {
+      process.off('exit', stopOnExit);
+      for (const sig of signals) process.off(sig, onSignal);
+    };
     try {
       let t = Date.now();
       n.prepareHost();
@@ -444,11 +453,18 @@ fileCheckFrequency: 10s
     }, { timeoutMs: 120_000 });
   }
 
-  /** kubectl with the admin kubeconfig; stdout. */
-  kubectl(args: string[], input?: string): string {
-    const r = spawnSync(path.join(K8S_BIN, 'kubectl'), ['--kubeconfig', this.adminKubeconfig, ...args], { encoding: 'utf8', input, timeout: 120_000 });
-    if (r.status !== 0) throw new Error(`kubectl ${args.join(' ')} failed (${r.status ?? r.signal}): ${r.stderr || r.stdout}`);
-    return r.stdout;
+  /**
+   * kubectl with the admin kubeconfig; stdout. Asynchronous, so a Ctrl-C
+   * handler can run (and tear the node down) while kubectl waits.
+   */
+  kubectl(args: string[], input?: string): Promise<string> {
+    return new Promise((resolve, reject) => {
+      const child = execFile(path.join(K8S_BIN, 'kubectl'), ['--kubeconfig', this.adminKubeconfig, ...args], { encoding: 'utf8', timeout: 200_000, maxBuffer: 64 << 20 }, (err, stdout, stderr) => {
+        if (err) reject(new Error(`kubectl ${args.join(' ')} failed (${(err as { code?: unknown }).code ?? err.message}): ${stderr || stdout}`));
+        else resolve(stdout);
+      });
+      child.stdin!.end(input ?? '');
+    });
   }
 
   /**
@@ -462,8 +478,8 @@ fileCheckFrequency: 10s
     try {
       if (existsSync(this.adminKubeconfig)) {
         // DaemonSets first, or their pods come back
-        try { this.kubectl(['delete', 'daemonsets,deployments', '--all', '--all-namespaces', '--wait=false']); } catch { /* API down */ }
-        try { this.kubectl(['delete', 'pods', '--all', '--all-namespaces', '--grace-period=1', '--wait=false']); } catch { /* API down */ }
+        try { await this.kubectl(['delete', 'daemonsets,deployments,jobs', '--all', '--all-namespaces', '--wait=false']); } catch { /* API down */ }
+        try { await this.kubectl(['delete', 'pods', '--all', '--all-namespaces', '--grace-period=1', '--wait=false']); } catch { /* API down */ }
         // until no task runs: kubelet has stopped every container and torn
         // every sandbox down (CNI DEL); removing the exited containers is
         // kubelet's minute-long GC, which the state dir's removal replaces

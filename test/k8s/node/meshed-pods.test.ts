@@ -224,17 +224,17 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
   async function applyAndRollOut(mode: 'auto' | 'iptables'): Promise<void> {
     kustomization(mode);
     // the overlay lives in the run's dir, the base in the repository
-    const rendered = node.kubectl(['kustomize', '--load-restrictor', 'LoadRestrictionsNone', overlay]);
-    node.kubectl(['apply', '-f', '-'], rendered);
-    node.kubectl(['-n', 'meshcap-system', 'rollout', 'status', 'daemonset/meshcap', '--timeout=180s']);
+    const rendered = await node.kubectl(['kustomize', '--load-restrictor', 'LoadRestrictionsNone', overlay]);
+    await node.kubectl(['apply', '-f', '-'], rendered);
+    await node.kubectl(['-n', 'meshcap-system', 'rollout', 'status', 'daemonset/meshcap', '--timeout=180s']);
   }
 
   async function agentMetrics(): Promise<string> {
     return httpGet(`http://127.0.0.1:${agentPort}/metrics`);
   }
 
-  function applyPod(p: object): void {
-    node.kubectl(['apply', '-f', '-'], JSON.stringify(p));
+  async function applyPod(p: object): Promise<void> {
+    await node.kubectl(['apply', '-f', '-'], JSON.stringify(p));
   }
 
   /**
@@ -281,12 +281,12 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
     }
   }
 
-  function podIP(ns: string, name: string): string {
-    return node.kubectl(['-n', ns, 'get', 'pod', name, '-o', 'jsonpath={.status.podIP}']).trim();
+  async function podIP(ns: string, name: string): Promise<string> {
+    return (await node.kubectl(['-n', ns, 'get', 'pod', name, '-o', 'jsonpath={.status.podIP}'])).trim();
   }
 
-  function waitReady(ns: string, ...names: string[]): void {
-    node.kubectl(['-n', ns, 'wait', '--for=condition=Ready', ...names.map((n) => `pod/${n}`), '--timeout=120s']);
+  async function waitReady(ns: string, ...names: string[]): Promise<void> {
+    await node.kubectl(['-n', ns, 'wait', '--for=condition=Ready', ...names.map((n) => `pod/${n}`), '--timeout=120s']);
   }
 
   function records(): { podName: string; podNamespace: string; mode: string; containerId: string }[] {
@@ -312,7 +312,7 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
     runMeshcap = path.join(cp.dir, 'run/meshcap');
     netnsDir = path.join(cp.dir, 'containerd/state/io.containerd.grpc.v1.cri/netns');
     mkdirSync(netnsDir, { recursive: true });
-    for (const ns of [MESHED_NS]) node.kubectl(['create', 'namespace', ns]);
+    for (const ns of [MESHED_NS]) await node.kubectl(['create', 'namespace', ns]);
   }, 300_000);
 
   afterAll(async () => {
@@ -349,8 +349,8 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
   }, 240_000);
 
   /** What a failed check needs to be understood: the pods, their sidecars' and the agent's last log lines. */
-  function diagnostics(pods: [string, string][]): string {
-    const out = [node.kubectl(['get', 'pods', '-A', '-o', 'wide'])];
+  async function diagnostics(pods: [string, string][]): Promise<string> {
+    const out = [await node.kubectl(['get', 'pods', '-A', '-o', 'wide'])];
     for (const [ns, pod] of pods) {
       for (const c of ['app', 'istio-proxy']) {
         const l = containerLog(ns, pod, c);
@@ -370,7 +370,7 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
     try {
       await fn();
     } catch (err) {
-      console.log(diagnostics(pods));
+      console.log(await diagnostics(pods));
       throw err;
     }
   }
@@ -383,15 +383,15 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
   async function podChecksIn(mode: string, sfx: string): Promise<void> {
     let t = Date.now();
     const [server, meshed, plain, excluded] = [`server-${sfx}`, `meshed-${sfx}`, `plain-${sfx}`, `excluded-${sfx}`];
-    applyPod(appPod(MESHED_NS, server));
-    applyPod(appPod(MESHED_NS, meshed, { meshed: true }));
-    applyPod(appPod(MESHED_NS, plain));
-    applyPod(appPod(EXCLUDED_NS, excluded, { meshed: true }));
-    waitReady(MESHED_NS, server, meshed, plain);
-    waitReady(EXCLUDED_NS, excluded);
+    await applyPod(appPod(MESHED_NS, server));
+    await applyPod(appPod(MESHED_NS, meshed, { meshed: true }));
+    await applyPod(appPod(MESHED_NS, plain));
+    await applyPod(appPod(EXCLUDED_NS, excluded, { meshed: true }));
+    await waitReady(MESHED_NS, server, meshed, plain);
+    await waitReady(EXCLUDED_NS, excluded);
     await sidecarReady(MESHED_NS, meshed);
     await sidecarReady(EXCLUDED_NS, excluded);
-    const ip = { server: podIP(MESHED_NS, server), meshed: podIP(MESHED_NS, meshed), plain: podIP(MESHED_NS, plain), excluded: podIP(EXCLUDED_NS, excluded) };
+    const ip = { server: await podIP(MESHED_NS, server), meshed: await podIP(MESHED_NS, meshed), plain: await podIP(MESHED_NS, plain), excluded: await podIP(EXCLUDED_NS, excluded) };
     for (const v of Object.values(ip)) expect(v).toMatch(/^198\.19\.0\.\d+$/);
     const rec = records().find((r) => r.podName === meshed);
     expect(rec, `agent record for ${meshed}`).toBeDefined();
@@ -449,15 +449,15 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
     // deletion: DEL reaches the agent, the record goes
     t = Date.now();
     const dels0 = counter(await agentMetrics(), 'meshcap_cni_requests_total', { verb: 'DEL' });
-    node.kubectl(['-n', MESHED_NS, 'delete', 'pod', meshed, '--wait=true', '--timeout=60s']);
+    await node.kubectl(['-n', MESHED_NS, 'delete', 'pod', meshed, '--wait=true', '--timeout=60s']);
     const end = Date.now() + 30_000;
     while (records().some((r) => r.podName === meshed) && Date.now() < end) await sleep(200);
     expect(records().map((r) => r.podName)).not.toContain(meshed);
     const dels = counter(await agentMetrics(), 'meshcap_cni_requests_total', { verb: 'DEL' }) - dels0;
     expect(dels).toBeGreaterThanOrEqual(1);
     line(`${mode}: pod deletion: DEL reached meshcap (${dels} DEL), the pod's record is gone`, Date.now() - t);
-    node.kubectl(['-n', MESHED_NS, 'delete', 'pod', server, plain, '--wait=false']);
-    node.kubectl(['-n', EXCLUDED_NS, 'delete', 'pod', excluded, '--wait=false']);
+    await node.kubectl(['-n', MESHED_NS, 'delete', 'pod', server, plain, '--wait=false']);
+    await node.kubectl(['-n', EXCLUDED_NS, 'delete', 'pod', excluded, '--wait=false']);
   }
 
   it('eBPF mode: meshed outbound/inbound/15021, unmeshed and excluded untouched, DEL', async () => {
@@ -467,16 +467,16 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
   it('kubectl rollout restart of the DaemonSet during a steady stream from a meshed pod: zero failed, zero uncaptured', async () => {
     let t = Date.now();
     const COUNT = 300;
-    applyPod(appPod(MESHED_NS, 'target'));
-    waitReady(MESHED_NS, 'target');
-    const target = podIP(MESHED_NS, 'target');
-    applyPod(appPod(MESHED_NS, 'streamer', { meshed: true, nativeSidecar: true, restartPolicy: 'Never', args: ['stream', `${target}:8080`, '--count', String(COUNT), '--interval-ms', '100'] }));
+    await applyPod(appPod(MESHED_NS, 'target'));
+    await waitReady(MESHED_NS, 'target');
+    const target = await podIP(MESHED_NS, 'target');
+    await applyPod(appPod(MESHED_NS, 'streamer', { meshed: true, nativeSidecar: true, restartPolicy: 'Never', args: ['stream', `${target}:8080`, '--count', String(COUNT), '--interval-ms', '100'] }));
     // the stream runs about 30 s; the restart starts once it is under way
     const end0 = Date.now() + 60_000;
     while (!containerLog(MESHED_NS, 'streamer', 'app').some((l) => l.startsWith('ok ')) && Date.now() < end0) await sleep(200);
     const tr = Date.now();
-    node.kubectl(['-n', 'meshcap-system', 'rollout', 'restart', 'daemonset/meshcap']);
-    node.kubectl(['-n', 'meshcap-system', 'rollout', 'status', 'daemonset/meshcap', '--timeout=180s']);
+    await node.kubectl(['-n', 'meshcap-system', 'rollout', 'restart', 'daemonset/meshcap']);
+    await node.kubectl(['-n', 'meshcap-system', 'rollout', 'status', 'daemonset/meshcap', '--timeout=180s']);
     const restartMs = Date.now() - tr;
     // the restart happened inside the stream: it had not ended when the new agent was Ready
     expect(containerLog(MESHED_NS, 'streamer', 'app').some((l) => l.includes('"event":"summary"')), 'the stream ended before the rollout did: make it longer').toBe(false);
@@ -498,7 +498,7 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
     expect(captured).toBe(COUNT);
     line(`rollout restart of the DaemonSet (${(restartMs / 1000).toFixed(1)} s) during ${COUNT} connections: ${summary!.failed} failed, ${COUNT - captured} uncaptured`, Date.now() - t, ['a new meshcap agent pod']);
     t = Date.now();
-    node.kubectl(['-n', MESHED_NS, 'delete', 'pod', 'streamer', 'target', '--wait=true', '--timeout=60s']);
+    await node.kubectl(['-n', MESHED_NS, 'delete', 'pod', 'streamer', 'target', '--wait=true', '--timeout=60s']);
   }, 300_000);
 
   it('iptables mode (--mode=iptables through the overlay): the same pod checks', async () => {
@@ -510,9 +510,9 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
 
   it('uninstall as documented: DaemonSet deleted, deploy/uninstall-job.yaml run: the chain entry and every pin are gone', async () => {
     const t = Date.now();
-    node.kubectl(['-n', 'meshcap-system', 'delete', 'daemonset', 'meshcap', '--wait=true', '--timeout=60s']);
+    await node.kubectl(['-n', 'meshcap-system', 'delete', 'daemonset', 'meshcap', '--wait=true', '--timeout=60s']);
     const end = Date.now() + 60_000;
-    while (node.kubectl(['-n', 'meshcap-system', 'get', 'pods', '-o', 'name']).trim() && Date.now() < end) await sleep(500);
+    while ((await node.kubectl(['-n', 'meshcap-system', 'get', 'pods', '-o', 'name'])).trim() && Date.now() < end) await sleep(500);
     // the Job's NODE_NAME placeholder, and the host paths and pull policy as in the overlay
     const job = parseAllDocuments(readFileSync(path.join(REPO, 'deploy/uninstall-job.yaml'), 'utf8').replaceAll('NODE_NAME', NODE))
       .map((d) => d.toJS()).find((d) => d?.kind === 'Job') as {
@@ -525,8 +525,8 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
       'cni-conf': node.cniConfDir, 'cni-bin': node.cniBin, bpffs: node.bpffs, 'run-meshcap': runMeshcap, run: path.dirname(runMeshcap),
     };
     for (const v of js.volumes) if (hostPaths[v.name]) v.hostPath.path = hostPaths[v.name]!;
-    node.kubectl(['apply', '-f', '-'], JSON.stringify(job));
-    node.kubectl(['-n', job.metadata.namespace, 'wait', '--for=condition=complete', `job/${job.metadata.name}`, '--timeout=120s']);
+    await node.kubectl(['apply', '-f', '-'], JSON.stringify(job));
+    await node.kubectl(['-n', job.metadata.namespace, 'wait', '--for=condition=complete', `job/${job.metadata.name}`, '--timeout=120s']);
     const conf = JSON.parse(readFileSync(path.join(node.cniConfDir, readdirSync(node.cniConfDir).find((f) => f.endsWith('.conflist'))!), 'utf8')) as { plugins: { type: string }[] };
     expect(conf.plugins.map((p) => p.type)).toEqual(['bridge']);
     const pins = path.join(node.bpffs, 'meshcap');
