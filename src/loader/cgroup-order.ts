@@ -5,24 +5,22 @@
 // first: the sidecar then sees the backend as the original destination,
 // where Istio's iptables (which run after the app's connect()) see the
 // service. meshcap cannot reorder another owner's links, so it says so.
-import { execa } from 'execa';
+import * as bpf from '../native/addon.js';
 
 export interface AttachedProgram {
   id: number;
-  /** bpftool's attach type name, e.g. cgroup_inet4_connect */
+  /** the hook, named as bpftool names it, e.g. cgroup_inet4_connect */
   attachType: string;
   name: string;
 }
 
-/** The hooks where the order decides what the sidecar sees. */
-export const ORDER_SENSITIVE = ['cgroup_inet4_connect', 'cgroup_inet6_connect'] as const;
+/** The hooks where the order decides what the sidecar sees (bpftool's name -> the addon's attach type). */
+const HOOKS = { cgroup_inet4_connect: 'CGROUP_INET4_CONNECT', cgroup_inet6_connect: 'CGROUP_INET6_CONNECT' } as const;
+export const ORDER_SENSITIVE = Object.keys(HOOKS) as (keyof typeof HOOKS)[];
 
-/** Programs attached directly to `cgroup`, per hook in the order they run (bpftool cgroup show). */
-export async function cgroupPrograms(cgroup: string): Promise<AttachedProgram[]> {
-  const r = await execa('bpftool', ['cgroup', 'show', cgroup, '-j'], { reject: false });
-  if (r.exitCode !== 0) throw new Error(`bpftool cgroup show ${cgroup} failed (${r.exitCode}): ${r.stderr.trim()}`);
-  const list = JSON.parse(r.stdout || '[]') as { id: number; attach_type: string; name?: string }[];
-  return list.map((p) => ({ id: p.id, attachType: p.attach_type, name: p.name ?? '' }));
+/** Programs attached directly to `cgroup` on the order-sensitive hooks, each hook in the order it runs (BPF_PROG_QUERY through the addon). */
+export function cgroupPrograms(cgroup: string): AttachedProgram[] {
+  return ORDER_SENSITIVE.flatMap((hook) => bpf.cgroupPrograms(cgroup, bpf.consts.attachType[HOOKS[hook]]!).map((p) => ({ ...p, attachType: hook })));
 }
 
 /** meshcap's own programs (any instance: each acts only on the pods in its own maps). */

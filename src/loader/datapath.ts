@@ -151,7 +151,7 @@ export async function loadDatapath(opts: { pinRoot: string; splice?: boolean; ob
   const ours = new Set(links.map((l) => l.progId));
   let orderWarnings: string[];
   try {
-    orderWarnings = foreignBefore(await cgroupPrograms(cgroup), ours).map(describeForeignBefore);
+    orderWarnings = foreignBefore(cgroupPrograms(cgroup), ours).map(describeForeignBefore);
   } catch (e) {
     // The datapath is loaded and works; only the order check could not run.
     orderWarnings = [`could not check which programs run before meshcap's on connect4/6 at ${cgroup}: ${(e as Error).message}`];

@@ -131,6 +131,7 @@ interface Binding {
   progDetach(progFd: number, targetFd: number, attachType: number): void;
   linkInfo(fd: number): LinkInfo;
   progInfo(fd: number): ProgInfo;
+  cgroupPrograms(cgroupPath: string, attachType: number): { id: number; name: string }[];
   mapInfo(fd: number): KernelMapInfo;
   objPin(fd: number, path: string): void;
   objGet(path: string): number;
@@ -220,6 +221,10 @@ export function linkInfo(fd: number): LinkInfo {
 }
 export function progInfo(fd: number): ProgInfo {
   return native.progInfo(fd);
+}
+/** BPF_PROG_QUERY: the programs attached to this cgroup for one hook, in the order they run. */
+export function cgroupPrograms(cgroupPath: string, attachType: number): { id: number; name: string }[] {
+  return native.cgroupPrograms(cgroupPath, attachType);
 }
 export function mapInfo(fd: number): KernelMapInfo {
   return native.mapInfo(fd);

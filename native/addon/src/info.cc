@@ -2,8 +2,13 @@
 #include <bpf/bpf.h>
 #include <linux/bpf.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "common.h"
 
@@ -77,9 +82,48 @@ Napi::Value MapInfo(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// cgroupPrograms(cgroupPath, attachType) -> [{ id, name }] in the order the
+// kernel runs them (BPF_PROG_QUERY on the cgroup, effective = false: what is
+// attached to this cgroup itself), for the loader's order check.
+Napi::Value CgroupPrograms(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string path = ArgString(info, 0, "cgroupPrograms", "cgroupPath");
+  uint32_t type = ArgU32(info, 1, "cgroupPrograms", "attachType");
+  int cg = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (cg < 0) ThrowNativeError(env, errno, "open", path);
+  std::vector<__u32> ids(64);
+  __u32 cnt = static_cast<__u32>(ids.size());
+  __u32 flags = 0;
+  int r = bpf_prog_query(cg, static_cast<enum bpf_attach_type>(type), 0, &flags, ids.data(), &cnt);
+  if (r < 0 && ErrOf(r) == ENOSPC) {
+    ids.resize(cnt);
+    r = bpf_prog_query(cg, static_cast<enum bpf_attach_type>(type), 0, &flags, ids.data(), &cnt);
+  }
+  int err = r < 0 ? ErrOf(r) : 0;
+  close(cg);
+  if (err) ThrowNativeError(env, err, "bpf_prog_query", path + " attach type " + std::to_string(type));
+  Napi::Array out = Napi::Array::New(env, cnt);
+  for (__u32 i = 0; i < cnt; i++) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("id", Napi::Number::New(env, ids[i]));
+    std::string name;
+    int fd = bpf_prog_get_fd_by_id(ids[i]);
+    if (fd >= 0) {
+      bpf_prog_info pi{};
+      __u32 len = sizeof(pi);
+      if (bpf_obj_get_info_by_fd(fd, &pi, &len) == 0) name.assign(pi.name, strnlen(pi.name, sizeof(pi.name)));
+      close(fd);
+    }
+    o.Set("name", Napi::String::New(env, name));  // "" when the program went away meanwhile
+    out.Set(i, o);
+  }
+  return out;
+}
+
 }  // namespace
 
 void InitInfo(Napi::Env env, Napi::Object exports) {
+  exports.Set("cgroupPrograms", Napi::Function::New(env, CgroupPrograms, "cgroupPrograms"));
   exports.Set("linkInfo", Napi::Function::New(env, LinkInfo, "linkInfo"));
   exports.Set("progInfo", Napi::Function::New(env, ProgInfo, "progInfo"));
   exports.Set("mapInfo", Napi::Function::New(env, MapInfo, "mapInfo"));

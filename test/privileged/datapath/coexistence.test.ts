@@ -93,10 +93,14 @@ describeEbpf('another connect4 program at the cgroup root (a socket load balance
     const m = await meshcapWithPod();
     expect(m.orderWarnings).toEqual([]);
     const lbId = await attachBalancer();
-    const order = (await cgroupPrograms(findCgroup2()!)).filter((p) => p.attachType === 'cgroup_inet4_connect').map((p) => p.id);
+    const order = cgroupPrograms(findCgroup2()!).filter((p) => p.attachType === 'cgroup_inet4_connect').map((p) => p.id);
     expect(order.indexOf(lbId), 'attach order: the balancer after meshcap').toBeGreaterThan(order.findIndex((id) => m.ours.has(id)));
     expect(await sidecarSees('first')).toBe(`${SERVICE}:80`);
     uninstallDatapath(m.pinRoot);
+  });
+
+  it('the hook order comes from BPF_PROG_QUERY through the addon; a bad cgroup path is an error naming it and the errno', () => {
+    expect(() => bpf.cgroupPrograms('/nonexistent-cgroup', bpf.consts.attachType.CGROUP_INET4_CONNECT!)).toThrow(/nonexistent-cgroup.*ENOENT|ENOENT.*nonexistent-cgroup/);
   });
 
   it('the balancer first: the sidecar sees the backend, and meshcap\'s load names the program that runs before it', async () => {
@@ -104,7 +108,7 @@ describeEbpf('another connect4 program at the cgroup root (a socket load balance
     expect(m.orderWarnings).toHaveLength(1);
     expect(m.orderWarnings[0]).toMatch(/^cgroup_inet4_connect: lb_connect4 \(prog id \d+\) runs before meshcap's program/);
     expect(m.orderWarnings[0]).toMatch(/socketLB\.hostNamespaceOnly=true/);
-    expect(foreignBefore(await cgroupPrograms(findCgroup2()!), m.ours).map((f) => f.hook)).toEqual(['cgroup_inet4_connect']);
+    expect(foreignBefore(cgroupPrograms(findCgroup2()!), m.ours).map((f) => f.hook)).toEqual(['cgroup_inet4_connect']);
     expect(await sidecarSees('second')).toBe(`${BACKEND}:80`);
   });
 });
