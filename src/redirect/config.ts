@@ -217,6 +217,14 @@ const VERBATIM_FIELDS: ReadonlySet<keyof CaptureSettings> = new Set<keyof Captur
 export function buildCaptureConfig(s: CaptureSettings, sources: FieldSources = {}, opts: BuildOptions = {}): CaptureConfig {
   const onVerbatim = opts.onVerbatim;
   // A verbatim field's problem goes to onVerbatim (when given) and yields `fallback`.
+  const unused = <T>(parse: () => T, fallback: T): T => {
+    try {
+      return parse();
+    } catch (e) {
+      if (!(e instanceof CaptureConfigError)) throw e;
+      return fallback;
+    }
+  };
   const lenient = <T>(field: keyof CaptureSettings, parse: () => T, fallback: T): T => {
     if (!onVerbatim || !VERBATIM_FIELDS.has(field)) return parse();
     try {
@@ -293,7 +301,11 @@ export function buildCaptureConfig(s: CaptureSettings, sources: FieldSources = {
     inboundCapture,
     inboundIncludeAll,
     inboundIncludePorts: inboundIncludeAll ? [] : lenient('inboundPortsInclude', () => portList('inboundPortsInclude', sources, s.inboundPortsInclude), []),
-    inboundExcludePorts: lenient('inboundPortsExclude', () => portList('inboundPortsExclude', sources, s.inboundPortsExclude), []),
+    // Istio renders the excluded inbound ports only when all inbound ports are
+    // captured; otherwise any value (istio-cni lets "*" through) changes nothing
+    inboundExcludePorts: inboundIncludeAll
+      ? lenient('inboundPortsExclude', () => portList('inboundPortsExclude', sources, s.inboundPortsExclude), [])
+      : unused(() => portList('inboundPortsExclude', sources, s.inboundPortsExclude), []),
     outboundIncludePorts: lenient('outboundPortsInclude', () => portList('outboundPortsInclude', sources, s.outboundPortsInclude), []),
     outboundExcludePorts: lenient('outboundPortsExclude', () => portList('outboundPortsExclude', sources, s.outboundPortsExclude), []),
     outboundIncludeAll,

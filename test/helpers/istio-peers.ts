@@ -245,23 +245,43 @@ export interface CniAnswer extends RestoreInputs {
   log: Array<{ level: string; msg: string }>;
 }
 
-/** One istio-cni-decide process: requests in, answers out, in order. */
+/**
+ * One istio-cni-decide process: requests in, answers out, in order. Each ADD
+ * reconfigures Istio's logger, whose rolling log file (lumberjack, in the
+ * CNI agent run dir) is never closed: the process is replaced every
+ * RESTART_EVERY pods before it runs out of file descriptors.
+ */
 export class IstioCniDecider {
-  private readonly proc: ChildProcessWithoutNullStreams;
-  private readonly waiting: Array<(line: string) => void> = [];
+  private static readonly RESTART_EVERY = 2000;
+  private proc!: ChildProcessWithoutNullStreams;
+  private waiting: Array<(line: string) => void> = [];
   private nextId = 1;
+  private served = 0;
   private stderr = '';
 
   constructor() {
-    this.proc = spawn(ISTIO_CNI_DECIDE, [], { stdio: ['pipe', 'pipe', 'pipe'] });
-    this.proc.stderr.on('data', (d: Buffer) => (this.stderr += d.toString()));
-    readline.createInterface({ input: this.proc.stdout }).on('line', (l) => this.waiting.shift()?.(l));
-    this.proc.on('exit', (code) => {
-      for (const w of this.waiting.splice(0)) w(JSON.stringify({ driverExit: code, stderr: this.stderr }));
+    this.start();
+  }
+
+  private start(): void {
+    const waiting: Array<(line: string) => void> = [];
+    this.waiting = waiting;
+    this.stderr = '';
+    const proc = spawn(ISTIO_CNI_DECIDE, [], { stdio: ['pipe', 'pipe', 'pipe'] });
+    this.proc = proc;
+    proc.stderr.on('data', (d: Buffer) => (this.stderr += d.toString()));
+    readline.createInterface({ input: proc.stdout }).on('line', (l) => waiting.shift()?.(l));
+    proc.on('exit', (code) => {
+      for (const w of waiting.splice(0)) w(JSON.stringify({ driverExit: code, stderr: this.stderr }));
     });
   }
 
   async decide(req: CniRequest): Promise<CniAnswer> {
+    if (++this.served > IstioCniDecider.RESTART_EVERY && this.waiting.length === 0) {
+      this.proc.stdin.end();
+      this.served = 1;
+      this.start();
+    }
     const id = this.nextId++;
     const line = await new Promise<string>((resolve) => {
       this.waiting.push(resolve);

@@ -66,7 +66,7 @@ describe('parseIstioIptablesArgs', () => {
     [['-i', '10.0.0.0/33'], {}, /-i, --istio-service-cidr/],
     [['-x', '*'], {}, /--istio-service-exclude-cidr/],
     [['-b', '80,http'], {}, /-b, --istio-inbound-ports.*"http" is not a port/],
-    [['-d', '70000'], {}, /-d, --istio-local-exclude-ports/],
+    [['-b', '*', '-d', '70000'], {}, /-d, --istio-local-exclude-ports/],
     [['-q', '*'], {}, /-q, --istio-outbound-ports/],
     [['-m', 'tproxy'], {}, /-m, --istio-inbound-interception-mode.*REDIRECT/],
     [['-p', 'x'], {}, /-p, --envoy-port/],
