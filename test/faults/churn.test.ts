@@ -25,9 +25,11 @@ import { cni, requireCniBinary, type CniRun } from '../privileged/agent/cni-harn
 
 const CYCLES = process.env.MESHCAP_FAULTS_LONG === '1' ? 1000 : 200;
 const PARALLEL = 16;
-// V8 sizes its heap to the load over the first hundred or so cycles; RSS
-// growth is measured from there
-const WARMUP = 96;
+// The agent's RSS climbs over the first ~200 cycles (V8 sizing its heap and
+// malloc its arenas to the load: libbpf loads the per-pod object on the libuv
+// pool) and is flat after that; growth is measured from there. The figure
+// prints RSS after each fifth of the run so a leak (growth per cycle) shows.
+const WARMUP = 200;
 const RSS_GROWTH_MAX_KB = 5 * 1024;
 
 type Kind = 'meshed' | 'plain' | 'fallback';
@@ -130,7 +132,7 @@ for (const mode of MODES) {
       socket = path.join(tmp, 'run', 'cni.sock');
       stateDir = path.join(tmp, 'state');
       for (let s = 0; s < PARALLEL; s++) await newNetns(s);
-      agent = await AgentProcess.start({ pods: podsFile, socket, pinRoot, stateDir, mode, podWaitMs: 300 });
+      agent = await AgentProcess.start({ pods: podsFile, socket, pinRoot, stateDir, mode, podWaitMs: 300, extraArgs: ['--metrics-addr', '127.0.0.1:0'], gcOnSignal: true });
     }, 120_000);
 
     afterAll(async () => {
@@ -223,14 +225,33 @@ for (const mode of MODES) {
       return { problems, scenarios };
     }
 
-    async function settled(base: ProcFigures): Promise<ProcFigures> {
-      // in-flight connections close asynchronously; give them a moment
+    /** The agent's V8 heap in use and its external (Buffer, addon) memory, from its /metrics. */
+    async function heapMb(): Promise<string> {
+      const addr = agent.logs.find((l) => l.msg === 'meshcap agent ready')?.metrics as string;
+      // (no keep-alive: an idle HTTP connection would count as an extra fd)
+      const text = await (await fetch(`http://${addr}/metrics`, { headers: { connection: 'close' } })).text();
+      const v = (name: string) => Number(new RegExp(`^meshcap_agent_${name} ([\\d.e+]+)`, 'm').exec(text)?.[1] ?? NaN) / 2 ** 20;
+      return `${v('nodejs_heap_size_used_bytes').toFixed(1)}/${v('nodejs_heap_size_total_bytes').toFixed(1)}/${v('nodejs_external_memory_bytes').toFixed(1)}`;
+    }
+
+    /**
+     * The agent at rest: in-flight connections closed, and a full GC run
+     * (RSS swings by tens of MB with V8's GC timing under load, so RSS is
+     * compared at rest: after the GC, the lowest over 2 s).
+     */
+    async function settled(base?: ProcFigures): Promise<ProcFigures> {
       let f = agent.figures();
-      for (let i = 0; i < 20 && (f.fds > base.fds || f.threads > base.threads); i++) {
+      for (let i = 0; base && i < 20 && (f.fds > base.fds || f.threads > base.threads); i++) {
         await new Promise((res) => setTimeout(res, 100));
         f = agent.figures();
       }
-      return f;
+      await agent.collectGarbage();
+      let rssKb = agent.figures().rssKb;
+      for (let i = 0; i < 4; i++) {
+        await new Promise((res) => setTimeout(res, 500));
+        rssKb = Math.min(rssKb, agent.figures().rssKb);
+      }
+      return { ...f, rssKb };
     }
 
     it('every cycle answered as a runtime must see it; afterwards nothing extra in the kernel, the state dir or the agent', async () => {
@@ -242,10 +263,23 @@ for (const mode of MODES) {
       };
       const warm = await run(WARMUP, seed + 1000);
       expect(warm.problems).toEqual([]);
-      const proc0 = await settled(agent.figures());
+      const proc0 = await settled();
 
       const t0 = performance.now();
-      const { problems, scenarios } = await run(CYCLES, seed);
+      // in five parts, with the agent's RSS after each: growth that levels off
+      // is the allocator sizing itself, growth per cycle is a leak
+      const problems: string[] = [];
+      const scenarios: Record<string, number> = {};
+      const rssSeries: number[] = [proc0.rssKb];
+      const heapSeries: string[] = [await heapMb()];
+      for (let part = 0; part < 5; part++) {
+        const r = await run(CYCLES / 5, seed + part * 100);
+        problems.push(...r.problems);
+        for (const [k, v] of Object.entries(r.scenarios)) scenarios[k] = (scenarios[k] ?? 0) + v;
+        await agent.collectGarbage();
+        rssSeries.push(agent.figures().rssKb);
+        heapSeries.push(await heapMb());
+      }
       const s = (performance.now() - t0) / 1000;
       expect(problems.slice(0, 20), `${problems.length} problems`).toEqual([]);
       expect(agent.alive()).toBe(true);
@@ -259,7 +293,10 @@ for (const mode of MODES) {
         maps: mode === 'ebpf' ? await mapEntries(pinRoot) : {},
         hostIptables: await iptablesLines(),
       };
-      const links = await netnsLinks(inodes);
+      // (only the netns that still exist: a deleted one's inode number is
+      // soon reused by another netns on this machine, with its own links; a
+      // link kept past its netns would show as an agent fd or a pin)
+      const links = await netnsLinks(new Set(live.map((x) => statSync(x.path).ino)));
       const records = readdirSync(stateDir);
       const meshedAdds = agent.logs.filter((l) => l.verb === 'ADD' && l.decision === 'meshed');
       const byMode = { ebpf: meshedAdds.filter((l) => l.mode === 'ebpf').length, iptables: meshedAdds.filter((l) => l.mode === 'iptables').length };
@@ -269,7 +306,7 @@ for (const mode of MODES) {
         `churn (${mode} node): ${CYCLES} cycles in ${s.toFixed(1)} s (${(CYCLES / s).toFixed(1)}/s), ${PARALLEL} in parallel, scenarios ${JSON.stringify(scenarios)}`,
         `  meshed ADDs (incl. warm-up): eBPF ${byMode.ebpf}, iptables ${byMode.iptables}; netns made ${inodes.size}`,
         `  extra after: pins ${kernel1.pins.length - kernel0.pins.length}, map entries ${Object.values(kernel1.maps).reduce((a, b) => a + b, 0) - Object.values(kernel0.maps).reduce((a, b) => a + b, 0)}, sk_lookup links ${links}, pod netns iptables lines ${leftRules.length}, host iptables lines ${kernel1.hostIptables.length - kernel0.hostIptables.length}, state records ${records.length}`,
-        `  agent: fds ${proc0.fds} -> ${proc1.fds}, threads ${proc0.threads} -> ${proc1.threads}, netns refs ${proc0.netns.length} -> ${proc1.netns.length}, RSS ${(proc0.rssKb / 1024).toFixed(1)} -> ${(proc1.rssKb / 1024).toFixed(1)} MB (${rssGrowthKb >= 0 ? '+' : ''}${(rssGrowthKb / 1024).toFixed(2)} MB)`,
+        `  agent: fds ${proc0.fds} -> ${proc1.fds}, threads ${proc0.threads} -> ${proc1.threads}, netns refs ${proc0.netns.length} -> ${proc1.netns.length}, RSS ${(proc0.rssKb / 1024).toFixed(1)} -> ${(proc1.rssKb / 1024).toFixed(1)} MB (${rssGrowthKb >= 0 ? '+' : ''}${(rssGrowthKb / 1024).toFixed(2)} MB), after each fifth: ${rssSeries.map((k) => (k / 1024).toFixed(1)).join(' ')} MB; V8 heap used/total/external ${heapSeries.join(' ')} MB`,
       ].join('\n'));
 
       // the cycles did mesh pods (in both datapaths on an eBPF node)

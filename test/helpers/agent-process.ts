@@ -16,6 +16,8 @@ export interface AgentProcessOptions {
   podWaitMs?: number;
   excludeNamespaces?: string[];
   extraArgs?: string[];
+  /** SIGUSR2 makes the agent collect garbage (gc-on-signal.cjs; for RSS figures). */
+  gcOnSignal?: boolean;
 }
 
 export interface ProcFigures {
@@ -34,6 +36,7 @@ export class AgentProcess {
 
   static async start(o: AgentProcessOptions): Promise<AgentProcess> {
     const args = [
+      ...(o.gcOnSignal ? ['--expose-gc', '--require', path.join(projectRoot, 'test/helpers/gc-on-signal.cjs')] : []),
       path.join(projectRoot, 'bin/meshcap'), 'agent', '--standalone', '--pods', o.pods, '--socket', o.socket,
       '--pin-root', o.pinRoot, '--state-dir', o.stateDir, '--mode', o.mode, '--pod-wait-ms', String(o.podWaitMs ?? 500),
       '--self-check-interval', '0', '--exclude-namespaces', (o.excludeNamespaces ?? ['kube-system']).join(','), '--log-level', 'info',
@@ -62,6 +65,12 @@ export class AgentProcess {
       clearTimeout(timer);
     }
     return a;
+  }
+
+  /** A full GC in the agent (started with gcOnSignal), then a moment for it to run. */
+  async collectGarbage(): Promise<void> {
+    this.proc.kill('SIGUSR2');
+    await new Promise((res) => setTimeout(res, 500));
   }
 
   alive(): boolean {
