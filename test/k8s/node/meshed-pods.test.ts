@@ -14,6 +14,8 @@
 //   - `kubectl rollout restart` of the DaemonSet during a steady stream of
 //     connections from a meshed pod: zero failed, zero uncaptured;
 //   - the same pod checks with the agent forced to --mode=iptables;
+//   - uninstall as docs/install.md says: DaemonSet deleted, then
+//     deploy/uninstall-job.yaml: no chain entry, no pin, no agent state;
 //   - teardown: nothing left (processes, mounts, cgroups, bridge, pins,
 //     iptables rules, CNI files).
 // Each check prints one line with its time and the components it started.
@@ -466,12 +468,13 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
 
   it('kubectl rollout restart of the DaemonSet during a steady stream from a meshed pod: zero failed, zero uncaptured', async () => {
     let t = Date.now();
-    const COUNT = 300;
+    // about 50 s: the rollout took 14–29 s here, and must end inside the stream
+    const COUNT = 500;
     await applyPod(appPod(MESHED_NS, 'target'));
     await waitReady(MESHED_NS, 'target');
     const target = await podIP(MESHED_NS, 'target');
     await applyPod(appPod(MESHED_NS, 'streamer', { meshed: true, nativeSidecar: true, restartPolicy: 'Never', args: ['stream', `${target}:8080`, '--count', String(COUNT), '--interval-ms', '100'] }));
-    // the stream runs about 30 s; the restart starts once it is under way
+    // the restart starts once the stream is under way
     const end0 = Date.now() + 60_000;
     while (!containerLog(MESHED_NS, 'streamer', 'app').some((l) => l.startsWith('ok ')) && Date.now() < end0) await sleep(200);
     const tr = Date.now();
