@@ -57,7 +57,7 @@ bash scripts/build-k8s.sh
 
 # istio-iptables and istio-cni from one pinned istio.io/istio into build/istio/
 # for the differential tests against the real Istio (docs/istio-compat.md);
-# nothing when already built, about 5 minutes the first time
+# nothing when already built, about 6 minutes the first time
 bash scripts/build-peers.sh
 
 # helm and kustomize from their Go modules into build/helm/bin/ for the chart
