@@ -5,6 +5,7 @@
 // `meshcap explain` can put the kernel's answer beside the rules' answer: a
 // pod whose maps differ from its record, or a program/explain disagreement,
 // shows up as two different verdicts instead of a confident wrong one.
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import { pinLayout } from '../loader/manifest.js';
@@ -41,7 +42,10 @@ export class PinnedPodMaps implements PodMapReader {
   constructor(pinRoot: string) {
     const dir = pinLayout(pinRoot).maps;
     try {
-      for (const name of [MAP.pods, MAP.ports, MAP.portranges, MAP.cidrs, MAP.listen]) this.fds.set(name, bpf.objGet(path.join(dir, name)));
+      for (const name of [MAP.pods, MAP.ports, MAP.portranges, MAP.cidrs, MAP.listen]) {
+        if (name === MAP.portranges && !existsSync(path.join(dir, name))) continue; // an older datapath: no ranges
+        this.fds.set(name, bpf.objGet(path.join(dir, name)));
+      }
     } catch (e) {
       this.close();
       throw new Error(`cannot open meshcap's pinned maps under ${dir}: ${(e as Error).message}. Is the eBPF datapath loaded (meshcap load)?`);
@@ -64,7 +68,7 @@ export class PinnedPodMaps implements PodMapReader {
 
   portIn(netns: bigint, port: number, kind: number): boolean {
     if (bpf.mapLookup(this.fd(MAP.ports), mcPortKey.encode({ netns, port, kind, pad: Buffer.alloc(5) }), 1) !== null) return true;
-    if (!((this.pod(netns)?.flags ?? 0) & PodFlag.PORT_RANGES)) return false;
+    if (!((this.pod(netns)?.flags ?? 0) & PodFlag.PORT_RANGES) || !this.fds.has(MAP.portranges)) return false;
     // as mc_port_in: ranges idx 0.. until the first missing one
     for (let idx = 0; idx < MC_PORT_RANGES; idx++) {
       const v = bpf.mapLookup(this.fd(MAP.portranges), mcPortRangeKey.encode({ netns, kind, idx }), mcPortRange.size);

@@ -2,13 +2,14 @@
 // datapath: a pod's CIDR and port entries go in before its mc_pods entry (the
 // entry that switches capture on), and on removal mc_pods goes first, so a
 // connection never sees a half-configured pod.
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { MAP, mcPod, mcStats, u64Key, type McPod, type McStats } from './layout.js';
 import { keyedEntries, netnsOfKey, podEntries, type MapEntry, type MapName, type PodEntries } from './pod-entries.js';
 
-const SWEPT: MapName[] = [MAP.cidrs, MAP.ports, MAP.portranges];
+const SWEPT_ALL: MapName[] = [MAP.cidrs, MAP.ports, MAP.portranges];
 
 /**
  * The CIDR and port keys in the kernel, by pod (hex), read in one scan per
@@ -31,6 +32,10 @@ export class PodMaps {
     const dir = mapsDir;
     try {
       for (const name of [MAP.pods, MAP.cidrs, MAP.ports, MAP.portranges, MAP.stats] as MapName[]) {
+        // mc_portranges came later: a datapath pinned by an older meshcap has
+        // none, and status, uninstall and DEL must still work on it (a load
+        // of this version adds it; a pod with ranges is refused until then)
+        if (name === MAP.portranges && !existsSync(path.join(dir, name))) continue;
         const fd = bpf.objGet(path.join(dir, name));
         this.fds.set(name, fd);
         this.keySizes.set(name, bpf.mapInfo(fd).keySize);
@@ -74,6 +79,11 @@ export class PodMaps {
     return [...this.fds].map(([map, fd]) => ({ map, entries: bpf.mapKeys(fd, this.keySizes.get(map)!).length, maxEntries: bpf.mapInfo(fd).maxEntries }));
   }
 
+  /** The swept maps this datapath has (an older one has no mc_portranges). */
+  private get swept(): MapName[] {
+    return SWEPT_ALL.filter((m) => this.fds.has(m));
+  }
+
   private fd(name: MapName): number {
     const fd = this.fds.get(name);
     if (fd === undefined) throw new Error(`map ${name} is not open`);
@@ -83,6 +93,9 @@ export class PodMaps {
   /** Put the pod's entries in place; returns what was written. Idempotent. */
   write(netns: bigint, cfg: CaptureConfig, podIPs: string[]): PodEntries {
     const e = podEntries(netns, cfg, podIPs);
+    if (e.ranges.length && !this.fds.has(MAP.portranges)) {
+      throw new Error(`the eBPF datapath under ${this.mapsDir} predates port ranges (no ${MAP.portranges}): load this version's datapath (meshcap load, or restart the agent) before capturing a pod with long port lists`);
+    }
     const put = (x: MapEntry, flags = 0) => bpf.mapUpdate(this.fd(x.map), x.key, x.value, flags);
     for (const x of keyedEntries(e)) put(x);
     // Counters survive a repeated ADD: only create them.
@@ -95,7 +108,7 @@ export class PodMaps {
     // Drop entries of an earlier config of the same pod.
     const want = new Set(keyedEntries(e).map((x) => `${x.map}:${x.key.toString('hex')}`));
     const index = this.podIndex();
-    for (const m of SWEPT) {
+    for (const m of this.swept) {
       for (const key of index.get(m)!.get(netns) ?? []) {
         if (!want.has(`${m}:${key.toString('hex')}`)) bpf.mapDelete(this.fd(m), key);
       }
@@ -109,7 +122,7 @@ export class PodMaps {
     let n = 0;
     if (bpf.mapDelete(this.fd(MAP.pods), u64Key(netns))) n++;
     const index = this.podIndex();
-    for (const m of SWEPT) {
+    for (const m of this.swept) {
       for (const key of index.get(m)!.get(netns) ?? []) if (bpf.mapDelete(this.fd(m), key)) n++;
       index.get(m)!.delete(netns);
     }
@@ -120,7 +133,7 @@ export class PodMaps {
   private podIndex(): Map<MapName, Map<bigint, Buffer[]>> {
     if (this.index) return this.index;
     const index = new Map<MapName, Map<bigint, Buffer[]>>();
-    for (const m of SWEPT) {
+    for (const m of this.swept) {
       const byPod = new Map<bigint, Buffer[]>();
       for (const key of bpf.mapKeys(this.fd(m), this.keySizes.get(m)!)) {
         const netns = netnsOfKey(m, key)!;
@@ -136,7 +149,7 @@ export class PodMaps {
 
   snapshot(): KeySnapshot {
     const snap: KeySnapshot = new Map();
-    for (const m of SWEPT) {
+    for (const m of this.swept) {
       const byPod = new Map<bigint, Set<string>>();
       for (const key of bpf.mapKeys(this.fd(m), this.keySizes.get(m)!)) {
         const netns = netnsOfKey(m, key)!;
@@ -152,10 +165,11 @@ export class PodMaps {
   /** After write(): the snapshot takes the pod's keys as written (write() throws if the kernel refused any). */
   refreshSnapshot(snap: KeySnapshot, netns: bigint): void {
     const index = this.podIndex();
-    for (const m of SWEPT) snap.get(m)!.set(netns, new Set((index.get(m)!.get(netns) ?? []).map((k) => k.toString('hex'))));
+    for (const m of this.swept) snap.get(m)!.set(netns, new Set((index.get(m)!.get(netns) ?? []).map((k) => k.toString('hex'))));
   }
 
   keysOf(map: MapName, netns: bigint): Buffer[] {
+    if (!this.fds.has(map)) return [];
     return bpf.mapKeys(this.fd(map), this.keySizes.get(map)!).filter((k) => netnsOfKey(map, k) === netns);
   }
 
@@ -181,7 +195,7 @@ export class PodMaps {
     if (!live) problems.push(`no ${MAP.pods} entry for netns cookie ${netns}`);
     else if (!live.equals(e.pod.value)) problems.push(`${MAP.pods} entry for netns cookie ${netns} differs from the pod's config`);
     if (!bpf.mapLookup(this.fd(MAP.stats), e.stats.key, mcStats.size)) problems.push(`no ${MAP.stats} entry`);
-    for (const m of SWEPT) {
+    for (const m of this.swept) {
       const wantEntries = keyedEntries(e).filter((x) => x.map === m);
       const want = wantEntries.map((x) => x.key.toString('hex'));
       const have = snap ? (snap.get(m)!.get(netns) ?? new Set<string>()) : new Set(this.keysOf(m, netns).map((k) => k.toString('hex')));
