@@ -19,7 +19,7 @@
 //   - teardown: nothing left (processes, mounts, cgroups, bridge, pins,
 //     iptables rules, CNI files).
 // Each check prints one line with its time and the components it started.
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
 import path from 'node:path';
@@ -196,6 +196,11 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
     // the path meshcap-cni (on the host) dials: the run-meshcap host path
     setArg(icArgs, '--agent-socket', path.join(runMeshcap, 'cni.sock'));
     ops.push({ op: 'replace', path: `/spec/template/spec/containers/${ic}/args`, value: icArgs });
+    // install-cni asks the API server about its DaemonSet on SIGTERM (remove
+    // the entry only when the DaemonSet is gone): the same loopback route
+    ops.push({ op: 'add', path: `/spec/template/spec/containers/${ic}/env`, value: [
+      { name: 'KUBERNETES_SERVICE_HOST', value: '127.0.0.1' }, { name: 'KUBERNETES_SERVICE_PORT', value: String(cp.apiserverPort) },
+    ] });
     probes(ic, installPort);
     const hostPaths: Record<string, string> = {
       bpffs: node.bpffs, 'run-meshcap': runMeshcap, netns: netnsDir, 'cni-conf': node.cniConfDir, 'cni-bin': node.cniBin,
@@ -341,6 +346,9 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
   }, 180_000);
 
   it('deploy/ applied with kubectl: the DaemonSet is Ready, install-cni chained meshcap-cni last into the node\'s conflist', async () => {
+    // a meshed pod that starts before meshcap is on the node (issue 13: repair)
+    await applyPod(appPod(MESHED_NS, 'early', { meshed: true }));
+    await waitReady(MESHED_NS, 'early');
     const t = Date.now();
     await applyAndRollOut('auto');
     const conf = JSON.parse(readFileSync(path.join(node.cniConfDir, readdirSync(node.cniConfDir).find((f) => f.endsWith('.conflist'))!), 'utf8')) as { plugins: { type: string }[] };
@@ -349,6 +357,45 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
     expect(await httpGet(`http://127.0.0.1:${agentPort}/readyz`)).toMatch(/ok|ready/i);
     line('DaemonSet meshcap Ready via kubectl apply (kustomize overlay), meshcap-cni chained by install-cni', Date.now() - t, ['meshcap agent', 'meshcap install-cni']);
   }, 240_000);
+
+  it('a meshed pod started before meshcap was installed is repaired in place: record, Event, inbound through its sidecar', async () => {
+    await withDiagnostics([[MESHED_NS, 'early']], async () => {
+      const t = Date.now();
+      const end = Date.now() + 60_000;
+      while (!records().some((r) => r.podName === 'early') && Date.now() < end) await sleep(300);
+      expect(records().map((r) => r.podName), 'the repaired pod\'s record').toContain('early');
+      const events = JSON.parse(await node.kubectl(['-n', MESHED_NS, 'get', 'events', '--field-selector', 'involvedObject.name=early', '-o', 'json'])) as { items: { reason: string; message: string }[] };
+      expect(events.items.map((e) => e.reason), JSON.stringify(events.items.map((e) => e.message))).toContain('MeshcapRepaired');
+      await sidecarReady(MESHED_NS, 'early');
+      const ip = await podIP(MESHED_NS, 'early');
+      const inb = answer(await exchange(ip, 8080, 'early-in'));
+      expect(inb.peer.startsWith('127.0.0.6:'), `the app saw ${inb.peer}: not through the sidecar`).toBe(true);
+      line(`repair: meshed pod started before meshcap captured in place (record, MeshcapRepaired Event, inbound via the sidecar: app saw ${inb.peer})`, Date.now() - t);
+      await node.kubectl(['-n', MESHED_NS, 'delete', 'pod', 'early', '--wait=false']);
+    });
+  }, 120_000);
+
+  it('the primary CNI rewrites its conflist: install-cni chains meshcap-cni back within 1 s', async () => {
+    const file = path.join(node.cniConfDir, readdirSync(node.cniConfDir).find((f) => f.endsWith('.conflist'))!);
+    const conf = JSON.parse(readFileSync(file, 'utf8')) as { plugins: { type: string }[] };
+    const t = Date.now();
+    // as a primary CNI's own installer does: its file back, meshcap's entry gone (temp file + rename)
+    writeFileSync(`${file}.tmp`, JSON.stringify({ ...conf, plugins: conf.plugins.filter((p) => p.type !== 'meshcap-cni') }, null, 2));
+    renameSync(`${file}.tmp`, file);
+    let types: string[] = [];
+    while (Date.now() - t < 5000) {
+      try {
+        types = (JSON.parse(readFileSync(file, 'utf8')) as { plugins: { type: string }[] }).plugins.map((p) => p.type);
+      } catch { /* mid-rename */ }
+      if (types.includes('meshcap-cni')) break;
+      await sleep(20);
+    }
+    const ms = Date.now() - t;
+    expect(types).toEqual(['bridge', 'meshcap-cni']);
+    expect(ms, 're-inserted within 1 s').toBeLessThan(1000);
+    expect(counter(await httpGet(`http://127.0.0.1:${installPort}/metrics`), 'meshcap_cni_config_reinsertions_total', {})).toBeGreaterThanOrEqual(1);
+    line(`conflist rewritten by the primary CNI: meshcap-cni chained back in ${ms} ms (meshcap_cni_config_reinsertions_total counted it)`, ms);
+  }, 60_000);
 
   /** What a failed check needs to be understood: the pods, their sidecars' and the agent's last log lines. */
   async function diagnostics(pods: [string, string][]): Promise<string> {
@@ -516,6 +563,14 @@ describe('meshcap on a real node (kubelet, containerd, the DaemonSet from deploy
     await node.kubectl(['-n', 'meshcap-system', 'delete', 'daemonset', 'meshcap', '--wait=true', '--timeout=60s']);
     const end = Date.now() + 60_000;
     while ((await node.kubectl(['-n', 'meshcap-system', 'get', 'pods', '-o', 'name'])).trim() && Date.now() < end) await sleep(500);
+    // install-cni saw its DaemonSet deleted: it took meshcap-cni out of the chain, binary included, so new pods start
+    const chain = JSON.parse(readFileSync(path.join(node.cniConfDir, readdirSync(node.cniConfDir).find((f) => f.endsWith('.conflist'))!), 'utf8')) as { plugins: { type: string }[] };
+    expect(chain.plugins.map((p) => p.type), 'the chain right after the DaemonSet went').toEqual(['bridge']);
+    expect(existsSync(path.join(node.cniBin, 'meshcap-cni'))).toBe(false);
+    await applyPod(appPod(MESHED_NS, 'after', { meshed: true }));
+    await waitReady(MESHED_NS, 'after');
+    line('DaemonSet deleted: install-cni removed meshcap-cni from the chain and the bin dir; a new meshed pod starts (uncaptured)', Date.now() - t);
+    await node.kubectl(['-n', MESHED_NS, 'delete', 'pod', 'after', '--wait=false']);
     // the Job's NODE_NAME placeholder, and the host paths and pull policy as in the overlay
     const job = parseAllDocuments(readFileSync(path.join(REPO, 'deploy/uninstall-job.yaml'), 'utf8').replaceAll('NODE_NAME', NODE))
       .map((d) => d.toJS()).find((d) => d?.kind === 'Job') as {
