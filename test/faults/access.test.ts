@@ -8,19 +8,17 @@
 // design (the proxy's own uid, UDP other than DNS) goes through in both
 // modes alike, and is asserted as such. Both node modes; real agent process,
 // real forwarder ADD, the reference proxy as uid 1337.
-import { mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { execa } from 'execa';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AgentProcess } from '../helpers/agent-process.js';
+import { AgentProcess, endAgentRun } from '../helpers/agent-process.js';
 import { podBesideServer } from '../helpers/agent-fixture.js';
 import { MODES } from '../helpers/datapaths.js';
 import { Lab, testPinRoot, type NsAgent } from '../helpers/lab.js';
 import { istioPod } from '../helpers/pods.js';
 import { cni, requireCniBinary, type CniCall } from '../privileged/agent/cni-harness.js';
-import { projectRoot } from '../../src/paths.js';
 
 const APP_UID = 1000;
 // Debian's python3 (scripts/setup.sh), not whatever PATH finds first: uid 1000 must be able to run it
@@ -136,12 +134,7 @@ for (const mode of MODES) {
       }
     }, 120_000);
 
-    afterAll(async () => {
-      await agent?.stop();
-      await lab.cleanup();
-      await execa('node', [path.join(projectRoot, 'bin/meshcap'), 'uninstall', '--pin-root', pinRoot, '--force'], { reject: false });
-      if (tmp) rmSync(tmp, { recursive: true, force: true });
-    });
+    afterAll(() => endAgentRun({ agent, lab, pinRoot, tmp }));
 
     it('the CNI socket is 0600 in a 0700 directory, the state dir 0700 (also when it existed wider), records 0600', () => {
       expect(statSync(socket).mode & 0o777).toBe(0o600);

@@ -8,7 +8,7 @@
 // time from the restart to ready; and every pod's datapath (its map entries
 // and inbound link, or its iptables rules) must be the same bytes before and
 // after. A last clean restart must leave exactly the three pods' records.
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { execa } from 'execa';
@@ -19,8 +19,7 @@ import { pinLayout } from '../../src/loader/manifest.js';
 import * as bpf from '../../src/native/addon.js';
 import { MAP } from '../../src/maps/layout.js';
 import { netnsCookie } from '../../src/pod-netns.js';
-import { projectRoot } from '../../src/paths.js';
-import { AgentProcess } from '../helpers/agent-process.js';
+import { AgentProcess, endAgentRun } from '../helpers/agent-process.js';
 import { describeModes } from '../helpers/datapaths.js';
 import { podBesideServer } from '../helpers/agent-fixture.js';
 import { Lab, scaled, testPinRoot, type NsAgent } from '../helpers/lab.js';
@@ -91,13 +90,7 @@ describeModes('the agent killed with SIGKILL under load, %s mode', (mode) => {
     }
   }, scaled(180_000));
 
-  afterAll(async () => {
-    await agent?.stop();
-    await execa(process.execPath, [path.join(projectRoot, 'bin/meshcap'), 'uninstall', '--force', '--pin-root', opts.pinRoot], { reject: false });
-    for (const p of pods) await execa('ip', ['netns', 'exec', p.netns.name, 'iptables', '-t', 'nat', '-F'], { reject: false });
-    await lab.cleanup();
-    rmSync(tmp, { recursive: true, force: true });
-  });
+  afterAll(() => endAgentRun({ agent, lab, pinRoot: opts.pinRoot, tmp }));
 
   it(`${KILLS} SIGKILLs at random moments: no connection fails or bypasses the sidecar, ADDs while down answer 11, the datapath is unchanged`, async () => {
     const before = await Promise.all(pods.map(datapathOf));
@@ -192,12 +185,7 @@ describeModes('agent restart to ready with many pods registered, %s mode', (mode
   const opts = { pods: path.join(tmp, 'pods.yaml'), socket: path.join(tmp, 'cni.sock'), pinRoot: testPinRoot(), stateDir: path.join(tmp, 'state'), mode };
   let agent: AgentProcess | undefined;
 
-  afterAll(async () => {
-    await agent?.stop();
-    await execa(process.execPath, [path.join(projectRoot, 'bin/meshcap'), 'uninstall', '--force', '--pin-root', opts.pinRoot], { reject: false });
-    await lab.cleanup();
-    rmSync(tmp, { recursive: true, force: true });
-  });
+  afterAll(() => endAgentRun({ agent, lab, pinRoot: opts.pinRoot, tmp }));
 
   it(`${MANY} meshed pods: SIGKILL, start, ready (every pod checked against the kernel) 3 times`, async () => {
     requireCniBinary();

@@ -10,14 +10,14 @@
 // ADD; the agent holds no more fds, netns references or threads than after
 // the warm-up, and its RSS grew by <= 5 MB.
 // CI: 200 cycles per mode; npm run test:faults: 1,000 per mode.
-import { existsSync, readdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, mkdtempSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { execa } from 'execa';
 import { stringify } from 'yaml';
 import type { V1Pod } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AgentProcess, type ProcFigures } from '../helpers/agent-process.js';
+import { AgentProcess, type ProcFigures, endAgentRun } from '../helpers/agent-process.js';
 import { MODES, type TestMode } from '../helpers/datapaths.js';
 import { Lab, testPinRoot } from '../helpers/lab.js';
 import { istioPod } from '../helpers/pods.js';
@@ -135,12 +135,7 @@ for (const mode of MODES) {
       agent = await AgentProcess.start({ pods: podsFile, socket, pinRoot, stateDir, mode, podWaitMs: 300, extraArgs: ['--metrics-addr', '127.0.0.1:0'], gcOnSignal: true });
     }, 120_000);
 
-    afterAll(async () => {
-      await agent?.stop();
-      await lab.cleanup();
-      await execa('node', [path.join(import.meta.dirname, '../../bin/meshcap'), 'uninstall', '--pin-root', pinRoot, '--force'], { reject: false });
-      if (tmp) rmSync(tmp, { recursive: true, force: true });
-    });
+    afterAll(() => endAgentRun({ agent, lab, pinRoot, tmp }));
 
     /** One cycle on a slot; returns what went differently than a runtime must see. */
     async function cycle(slot: number, r: () => number): Promise<{ scenario: Scenario; kind: Kind; problems: string[] }> {

@@ -11,7 +11,7 @@ import path from 'node:path';
 import { execa } from 'execa';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AgentProcess } from '../helpers/agent-process.js';
+import { AgentProcess, endAgentRun } from '../helpers/agent-process.js';
 import { MODES } from '../helpers/datapaths.js';
 import { Lab, testPinRoot } from '../helpers/lab.js';
 import { istioPod } from '../helpers/pods.js';
@@ -97,12 +97,7 @@ for (const mode of MODES) {
       }
     }, 120_000);
 
-    afterAll(async () => {
-      await agent?.stop();
-      await lab.cleanup();
-      await execa('node', [path.join(projectRoot, 'bin/meshcap'), 'uninstall', '--pin-root', pinRoot, '--force'], { reject: false });
-      if (tmp) rmSync(tmp, { recursive: true, force: true });
-    });
+    afterAll(() => endAgentRun({ agent, lab, pinRoot, tmp }));
 
     it('a new agent after SIGTERM, then after SIGKILL, adopts every pod: nothing restored, dropped or swept, the datapath byte-equal', async () => {
       const before = await datapath();

@@ -1,7 +1,7 @@
 // `meshcap agent --standalone` as its own process, as the DaemonSet runs it:
 // the fault tests look at it from outside (/proc/PID: fds, threads, RSS,
 // namespaces; whether it is still alive) and read its JSON log lines.
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
 import { execa, type ResultPromise } from 'execa';
@@ -112,4 +112,16 @@ export class AgentProcess {
     await this.proc;
     clearTimeout(t);
   }
+}
+
+/**
+ * The end of a fault test's agent run, also after a failure: the agent
+ * stopped, the lab's namespaces and processes gone, every meshcap pin under
+ * pinRoot removed (uninstall --force), the temp dir deleted.
+ */
+export async function endAgentRun(o: { agent?: AgentProcess; lab: { cleanup(): Promise<void> }; pinRoot: string; tmp?: string }): Promise<void> {
+  await o.agent?.stop();
+  await o.lab.cleanup();
+  await execa('node', [path.join(projectRoot, 'bin/meshcap'), 'uninstall', '--pin-root', o.pinRoot, '--force'], { reject: false });
+  if (o.tmp) rmSync(o.tmp, { recursive: true, force: true });
 }
