@@ -27,7 +27,8 @@ export interface KernelVerdict {
 /** The lookups the programs make, against some pod's maps. */
 export interface PodMapReader {
   pod(netns: bigint): McPod | null;
-  portIn(netns: bigint, port: number, kind: number): boolean;
+  /** As mc_port_in: mc_ports, then (pods flagged PORT_RANGES only) mc_portranges. */
+  portIn(pod: McPod, netns: bigint, port: number, kind: number): boolean;
   /** LPM lookup of one address (4 or 16 bytes) in the CIDR kind (v4 kind; +2 for v6). */
   cidrMatch(netns: bigint, addr: Buffer, kind4: number): boolean;
   hasListener(netns: bigint, port: number, family: 4 | 6): boolean;
@@ -66,9 +67,9 @@ export class PinnedPodMaps implements PodMapReader {
     return v ? mcPod.decode(v) : null;
   }
 
-  portIn(netns: bigint, port: number, kind: number): boolean {
+  portIn(pod: McPod, netns: bigint, port: number, kind: number): boolean {
     if (bpf.mapLookup(this.fd(MAP.ports), mcPortKey.encode({ netns, port, kind, pad: Buffer.alloc(5) }), 1) !== null) return true;
-    if (!((this.pod(netns)?.flags ?? 0) & PodFlag.PORT_RANGES) || !this.fds.has(MAP.portranges)) return false;
+    if (!(pod.flags & PodFlag.PORT_RANGES) || !this.fds.has(MAP.portranges)) return false;
     // as mc_port_in: ranges idx 0.. until the first missing one
     for (let idx = 0; idx < MC_PORT_RANGES; idx++) {
       const v = bpf.mapLookup(this.fd(MAP.portranges), mcPortRangeKey.encode({ netns, kind, idx }), mcPortRange.size);
@@ -132,7 +133,7 @@ export function kernelVerdict(maps: PodMapReader, netns: bigint, flow: Flow): Ke
   const local = isLoopback(dst) || isPodAddr(pod, dst);
   const dnsServer = () => (pod.flags & PodFlag.DNS_ALL) !== 0 || maps.cidrMatch(netns, dst.bytes, CidrKind.DNS4);
   if (dst.family === 6 && !(pod.flags & PodFlag.IPV6)) return { verdict: 'not captured', decidedBy: 'IPv6 capture is off for this pod (mc_pods flags: no IPV6)' };
-  if (maps.portIn(netns, flow.port, PortKind.OUT_EXCLUDE)) return { verdict: 'not captured', decidedBy: `port ${flow.port} is excluded: ${kind('mc_ports OUT_EXCLUDE')}` };
+  if (maps.portIn(pod, netns, flow.port, PortKind.OUT_EXCLUDE)) return { verdict: 'not captured', decidedBy: `port ${flow.port} is excluded: ${kind('mc_ports OUT_EXCLUDE')}` };
   if (flow.protocol === 'udp') {
     if (flow.uid === pod.proxy_uid || flow.gid === pod.proxy_gid) return { verdict: 'not captured', decidedBy: `UDP from the proxy's uid/gid ${pod.proxy_uid}/${pod.proxy_gid} (mc_pods)` };
     if (!dns) return { verdict: 'not captured', decidedBy: 'UDP other than DNS is never captured' };
@@ -151,7 +152,7 @@ export function kernelVerdict(maps: PodMapReader, netns: bigint, flow: Flow): Ke
   if (dns && dnsServer()) return { verdict: 'captured', to: to(pod.dns_port), decidedBy: 'DNS over TCP to a captured DNS server' };
   if (isHostLoopback(dst)) return { verdict: 'not captured', decidedBy: `${flow.peer} is the host loopback` };
   if (maps.cidrMatch(netns, dst.bytes, CidrKind.OUT_EXCLUDE4)) return { verdict: 'not captured', decidedBy: `${flow.peer} is in an excluded range: ${kind('mc_cidrs OUT_EXCLUDE')}` };
-  if (maps.portIn(netns, flow.port, PortKind.OUT_INCLUDE)) return { verdict: 'captured', to: to(pod.outbound_port), decidedBy: `port ${flow.port} is included: ${kind('mc_ports OUT_INCLUDE')}` };
+  if (maps.portIn(pod, netns, flow.port, PortKind.OUT_INCLUDE)) return { verdict: 'captured', to: to(pod.outbound_port), decidedBy: `port ${flow.port} is included: ${kind('mc_ports OUT_INCLUDE')}` };
   if (pod.flags & (dst.family === 4 ? PodFlag.OUT_ALL4 : PodFlag.OUT_ALL6)) return { verdict: 'captured', to: to(pod.outbound_port), decidedBy: 'every destination is captured (mc_pods flags OUT_ALL: includeOutboundIPRanges "*")' };
   if (maps.cidrMatch(netns, dst.bytes, CidrKind.OUT_INCLUDE4)) return { verdict: 'captured', to: to(pod.outbound_port), decidedBy: `${flow.peer} is in an included range: ${kind('mc_cidrs OUT_INCLUDE')}` };
   return { verdict: 'not captured', decidedBy: `${flow.peer} matches no included range or port` };
@@ -164,9 +165,9 @@ function inboundVerdict(maps: PodMapReader, netns: bigint, pod: McPod, peer: { f
   const passthrough6 = peer.family === 6 && peer.bytes.subarray(0, 15).every((b) => b === 0) && peer.bytes[15] === 6;
   if (isLoopback(peer) || passthrough6 || isPodAddr(pod, peer)) return { verdict: 'not captured', decidedBy: `${flow.peer} is the pod itself (loopback, passthrough or its own address)` };
   if (flow.port === pod.tunnel_port || flow.port === pod.inbound_port) return { verdict: 'not captured', decidedBy: `port ${flow.port} is the sidecar's own (${flow.port === pod.inbound_port ? 'inbound' : 'tunnel'} port)` };
-  if (maps.portIn(netns, flow.port, PortKind.IN_EXCLUDE)) return { verdict: 'not captured', decidedBy: `port ${flow.port} is excluded: ${kind('mc_ports IN_EXCLUDE')}` };
+  if (maps.portIn(pod, netns, flow.port, PortKind.IN_EXCLUDE)) return { verdict: 'not captured', decidedBy: `port ${flow.port} is excluded: ${kind('mc_ports IN_EXCLUDE')}` };
   const all = (pod.flags & PodFlag.IN_ALL) !== 0;
-  if (!all && !maps.portIn(netns, flow.port, PortKind.IN_INCLUDE)) return { verdict: 'not captured', decidedBy: `port ${flow.port} is not an included inbound port (no mc_ports IN_INCLUDE entry)` };
+  if (!all && !maps.portIn(pod, netns, flow.port, PortKind.IN_INCLUDE)) return { verdict: 'not captured', decidedBy: `port ${flow.port} is not an included inbound port (no mc_ports IN_INCLUDE entry)` };
   const why = all ? 'every inbound port is captured (mc_pods flags IN_ALL)' : `port ${flow.port} is included: ${kind('mc_ports IN_INCLUDE')}`;
   const family = peer.family;
   if (maps.hasListener(netns, pod.inbound_port, family) || (family === 4 && maps.hasListener(netns, pod.inbound_port, 6))) {

@@ -82,6 +82,24 @@ export function podEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[]):
   // enableIPv6); the pod's v6 addresses are stored either way (own-pod checks).
   if (cfg.enableIPv6) flags |= PodFlag.IPV6;
 
+  const ports: MapEntry[] = [];
+  const ranges: MapEntry[] = [];
+  const portSet = (list: number[], kind: number) => {
+    const split = splitPorts(list);
+    for (const port of split.singles) {
+      ports.push({ map: MAP.ports, key: mcPortKey.encode({ netns, port, kind }), value: Buffer.from([1]) });
+    }
+    split.ranges.forEach(([lo, hi], idx) => {
+      ranges.push({ map: MAP.portranges, key: mcPortRangeKey.encode({ netns, kind, idx }), value: mcPortRange.encode({ lo, hi }) });
+    });
+  };
+  portSet(p.outboundExcludePorts, PortKind.OUT_EXCLUDE);
+  portSet(p.outboundIncludePorts, PortKind.OUT_INCLUDE);
+  if (p.inboundIncludeAll) portSet(p.inboundExcludePorts, PortKind.IN_EXCLUDE);
+  else portSet(p.inboundIncludePorts, PortKind.IN_INCLUDE);
+  // The programs look at mc_portranges only for pods that have some.
+  if (ranges.length) flags |= PodFlag.PORT_RANGES;
+
   const key = u64Key(netns);
   const pod: MapEntry = {
     map: MAP.pods,
@@ -121,29 +139,12 @@ export function podEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[]):
     }
   }
 
-  const ports: MapEntry[] = [];
-  const ranges: MapEntry[] = [];
-  const portSet = (list: number[], kind: number) => {
-    const split = splitPorts(list);
-    for (const port of split.singles) {
-      ports.push({ map: MAP.ports, key: mcPortKey.encode({ netns, port, kind }), value: Buffer.from([1]) });
-    }
-    split.ranges.forEach(([lo, hi], idx) => {
-      ranges.push({ map: MAP.portranges, key: mcPortRangeKey.encode({ netns, kind, idx }), value: mcPortRange.encode({ lo, hi }) });
-    });
-  };
-  portSet(p.outboundExcludePorts, PortKind.OUT_EXCLUDE);
-  portSet(p.outboundIncludePorts, PortKind.OUT_INCLUDE);
-  if (p.inboundIncludeAll) portSet(p.inboundExcludePorts, PortKind.IN_EXCLUDE);
-  else portSet(p.inboundIncludePorts, PortKind.IN_INCLUDE);
 
   const stats: MapEntry = {
     map: MAP.stats,
     key,
     value: mcStats.encode({ outbound: 0n, own_pod: 0n, inbound: 0n, dns: 0n, origdst: 0n }),
   };
-  // The programs look at mc_portranges only for pods that have some.
-  if (ranges.length) pod.value = mcPod.encode({ ...mcPod.decode(pod.value), flags: mcPod.decode(pod.value).flags | PodFlag.PORT_RANGES });
   return { pod, stats, cidrs, ports, ranges };
 }
 
