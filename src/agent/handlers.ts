@@ -14,6 +14,7 @@ import type { PodTarget } from '../pod-datapath/backend.js';
 import type { PodDatapath } from '../pod-datapath/pod-datapath.js';
 import type { Mode } from '../loader/mode.js';
 import { CaptureConfigError } from '../redirect/config.js';
+import { MapFullError } from '../maps/map-full.js';
 import { KeyedLock } from './keyed-lock.js';
 import { configOf, cookieOf, settingsOf, STATE_VERSION, type AttachmentRecord, type StateStore } from './state-store.js';
 
@@ -134,7 +135,10 @@ export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { remove
         cookie = await d.datapath.register(target);
       } catch (err) {
         await d.datapath.unregister(target, null).catch(() => undefined);
-        throw new CniError(AGENT_ERROR_CODES.SETUP_FAILED, `cannot set up the ${decision.mode} redirect of pod ${pod} in ${req.netns}: ${causeOf(err)}`);
+        const e = new CniError(AGENT_ERROR_CODES.SETUP_FAILED, `cannot set up the ${decision.mode} redirect of pod ${pod} in ${req.netns}: ${causeOf(err)}`);
+        e.cause = err; // metrics count MapFullError refusals by map
+        if (err instanceof MapFullError) log.error({ pod, netns: req.netns, map: err.map, maxEntries: err.maxEntries, needed: err.needed }, 'pod refused: an eBPF map is full');
+        throw e;
       }
       const rec: AttachmentRecord = {
         version: STATE_VERSION,

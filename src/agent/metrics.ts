@@ -4,6 +4,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { AddOutcome, CniCommand, CniHandlers, CniRequest } from '../cni/types.js';
 import type { EbpfBackend } from '../pod-datapath/ebpf.js';
+import { MapFullError } from '../maps/map-full.js';
 import { cookieOf, type AttachmentRecord, type StateStore } from './state-store.js';
 
 export interface AgentMetrics {
@@ -138,6 +139,13 @@ export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | nu
     },
   });
 
+  const mapFull = new Counter({
+    name: 'meshcap_bpf_map_full_total',
+    help: 'CNI ADDs refused because an eBPF map was full (the pod was not captured and its sandbox not started), by map',
+    labelNames: ['map'] as const,
+    registers: [registry],
+  });
+
   const reconciled = new Counter({
     name: 'meshcap_reconcile_pods_total',
     help: 'Pods checked against their record by a reconcile pass, by outcome (ok, restored: the datapath differed and was repaired, dropped: netns gone, failed: NOT restored) and trigger (start, self-check)',
@@ -171,6 +179,8 @@ export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | nu
         return r;
       } catch (err) {
         const code = (err as { code?: unknown }).code;
+        const cause = (err as { cause?: unknown }).cause;
+        if (cause instanceof MapFullError) mapFull.inc({ map: cause.map });
         requests.inc({ verb, result: typeof code === 'number' ? `error_${code}` : 'error' });
         throw err;
       } finally {

@@ -7,9 +7,11 @@ import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { MAP, mcPod, mcStats, u64Key, type McPod, type McStats } from './layout.js';
+import { FULL, MapFullError } from './map-full.js';
 import { keyedEntries, netnsOfKey, podEntries, type MapEntry, type MapName, type PodEntries } from './pod-entries.js';
 
 const SWEPT_ALL: MapName[] = [MAP.cidrs, MAP.ports, MAP.portranges];
+
 
 /**
  * The CIDR and port keys in the kernel, by pod (hex), read in one scan per
@@ -96,18 +98,36 @@ export class PodMaps {
     if (e.ranges.length && !this.fds.has(MAP.portranges)) {
       throw new Error(`the eBPF datapath under ${this.mapsDir} predates port ranges (no ${MAP.portranges}): load this version's datapath (meshcap load, or restart the agent) before capturing a pod with long port lists`);
     }
-    const put = (x: MapEntry, flags = 0) => bpf.mapUpdate(this.fd(x.map), x.key, x.value, flags);
-    for (const x of keyedEntries(e)) put(x);
+    const index = this.podIndex();
+    // Keys this call inserts (not there before): undone if a map is full.
+    const had = new Set<string>();
+    for (const m of this.swept) for (const k of index.get(m)!.get(netns) ?? []) had.add(`${m}:${k.toString('hex')}`);
+    const inserted: MapEntry[] = [];
+    const put = (x: MapEntry, flags = 0) => {
+      try {
+        bpf.mapUpdate(this.fd(x.map), x.key, x.value, flags);
+      } catch (err) {
+        const code = (err as { code?: string }).code ?? '';
+        if (!FULL.has(code)) throw err;
+        for (const y of inserted.reverse()) bpf.mapDelete(this.fd(y.map), y.key);
+        const needed = [...keyedEntries(e), e.stats, e.pod].filter((y) => y.map === x.map && !had.has(`${y.map}:${y.key.toString('hex')}`)).length;
+        throw new MapFullError(x.map, bpf.mapInfo(this.fd(x.map)).maxEntries, needed, code);
+      }
+    };
+    for (const x of keyedEntries(e)) {
+      put(x);
+      if (!had.has(`${x.map}:${x.key.toString('hex')}`)) inserted.push(x);
+    }
     // Counters survive a repeated ADD: only create them.
     try {
       put(e.stats, bpf.consts.BPF_NOEXIST);
+      inserted.push(e.stats);
     } catch (err) {
       if ((err as { code?: string }).code !== 'EEXIST') throw err;
     }
     put(e.pod);
     // Drop entries of an earlier config of the same pod.
     const want = new Set(keyedEntries(e).map((x) => `${x.map}:${x.key.toString('hex')}`));
-    const index = this.podIndex();
     for (const m of this.swept) {
       for (const key of index.get(m)!.get(netns) ?? []) {
         if (!want.has(`${m}:${key.toString('hex')}`)) bpf.mapDelete(this.fd(m), key);

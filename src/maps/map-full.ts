@@ -1,0 +1,34 @@
+// A pod that does not fit: the refusal an operator reads when one of the
+// node-wide eBPF maps is full. No addon import, so handlers and metrics can
+// recognise it without loading the native code.
+import { MAP } from './layout.js';
+
+/** What each per-pod map holds, for an operator reading a refusal. */
+const HOLDS: Record<string, string> = {
+  [MAP.pods]: 'one entry per meshed eBPF pod: the node\'s eBPF pod capacity',
+  [MAP.stats]: 'one counter entry per meshed eBPF pod: the node\'s eBPF pod capacity',
+  [MAP.cidrs]: 'the node-wide table of every pod\'s include/exclude outbound IP ranges and DNS servers',
+  [MAP.ports]: 'the node-wide table of every pod\'s include/exclude port lists',
+  [MAP.portranges]: 'the node-wide table of every pod\'s wide port ranges',
+};
+
+/**
+ * A pod's entries do not fit: the kernel refused an insert into a full map
+ * (E2BIG for hash maps, ENOSPC for the LPM trie). Nothing of the pod is left
+ * written (write() undoes its own inserts), so the pod is refused, never
+ * half-captured.
+ */
+export class MapFullError extends Error {
+  override readonly name = 'MapFullError';
+  constructor(readonly map: string, readonly maxEntries: number, readonly needed: number, readonly errno: string) {
+    super(
+      `eBPF map ${map} is full (${errno}): it holds at most ${maxEntries} entries (${HOLDS[map] ?? 'node-wide'}) and this pod needs ${needed} more. ` +
+        'Nothing of the pod was written. To place it: run fewer meshed pods on this node (drain some, or lower its maxPods), ' +
+        (map === MAP.cidrs || map === MAP.ports || map === MAP.portranges ? 'shorten the long IP-range or port lists of the pods on it, ' : '') +
+        'or run this node in iptables mode (meshcap agent --mode iptables). meshcap_bpf_map_entries / meshcap_bpf_map_max_entries show the fill.',
+    );
+  }
+}
+
+/** errno codes of an insert into a full map: hash maps E2BIG, the LPM trie ENOSPC. */
+export const FULL = new Set(['E2BIG', 'ENOSPC']);
