@@ -7,7 +7,7 @@ import type { Mode } from '../loader/mode.js';
 import { projectRoot } from '../paths.js';
 import { abortable, type Cleanup } from './cleanup.js';
 import { pinRootOf, stateDirOf, type SandboxPlan } from './plan.js';
-import { startProc, tail, type Proc } from './proc.js';
+import { startProc, tail, type Proc } from '../lab/process.js';
 
 export interface CniEvent {
   verb: string;

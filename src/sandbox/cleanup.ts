@@ -1,55 +1,8 @@
-// The cleanup registry: every thing the sandbox creates registers its undo
-// right after it exists; run() undoes them in reverse order, each once, and
-// keeps going past failures (a half-cleaned machine is worse than a report of
-// the one step that failed). SIGINT/SIGTERM/SIGHUP abort the run through an
+// The sandbox's side of cleanup: the registry itself is the lab's
+// (src/lab/cleanup.ts); here SIGINT/SIGTERM/SIGHUP abort the run through an
 // AbortSignal, so the main flow stops at its next wait and its `finally`
 // runs the same cleanup.
-
-export interface CleanupStep {
-  label: string;
-  error?: string;
-  ms: number;
-}
-
-type Undo = () => Promise<unknown> | unknown;
-
-export class Cleanup {
-  private readonly steps: { label: string; undo: Undo }[] = [];
-  private running: Promise<CleanupStep[]> | undefined;
-
-  /** Register the undo of something that now exists. */
-  add(label: string, undo: Undo): void {
-    if (this.running) throw new Error(`cleanup already running: ${label} was created too late and must be removed by hand`);
-    this.steps.push({ label, undo });
-  }
-
-  get size(): number {
-    return this.steps.length;
-  }
-
-  /** Undo everything, last first. A second call returns the first call's result. */
-  run(onStep?: (s: CleanupStep) => void): Promise<CleanupStep[]> {
-    this.running ??= (async () => {
-      const done: CleanupStep[] = [];
-      for (const s of [...this.steps].reverse()) {
-        const t0 = performance.now();
-        let error: string | undefined;
-        try {
-          await s.undo();
-        } catch (e) {
-          error = e instanceof Error ? e.message : String(e);
-        }
-        const step: CleanupStep = { label: s.label, ms: Math.round(performance.now() - t0), ...(error ? { error } : {}) };
-        done.push(step);
-        onStep?.(step);
-      }
-      return done;
-    })();
-    return this.running;
-  }
-}
-
-export const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 };
+export { Cleanup, SIGNAL_EXIT, type CleanupStep } from '../lab/cleanup.js';
 
 /**
  * Turn the first of SIGINT/SIGTERM/SIGHUP into an abort; later ones only say

@@ -2,13 +2,14 @@
 // network namespace, and the sandbox itself plays the container runtime's
 // part in CNI — it runs the same chain (bridge + host-local + meshcap-cni)
 // with the same environment (CNI_ARGS with K8S_POD_NAMESPACE/K8S_POD_NAME).
-// Pod processes run with `ip netns exec` (and setpriv for the proxy uid).
-import { existsSync, mkdirSync } from 'node:fs';
-import { execa } from 'execa';
+// Namespaces and pod processes come from the lab (src/lab): `ip netns exec`,
+// setpriv for the proxy uid.
+import { mkdirSync } from 'node:fs';
 import { abortable, type Cleanup } from './cleanup.js';
 import { chainAdd, chainDel, resultIPv4, type ConfList, type CniRuntimeConf } from './cni-chain.js';
 import { conflist, type SandboxPlan } from './plan.js';
-import { startProc, type Proc } from './proc.js';
+import { inNetns, startProc, type Proc } from '../lab/process.js';
+import { addNetns, delNetns, netnsPath } from '../lab/netns.js';
 import { cniPluginDirs, deleteBridge, type PodHandle, type RunOpts, type Runtime } from './runtime.js';
 import { cniBinary } from '../paths.js';
 import path from 'node:path';
@@ -42,7 +43,7 @@ export class NetnsRuntime implements Runtime {
 
   async createPod(name: string, signal?: AbortSignal): Promise<PodHandle> {
     const ns = netnsName(this.plan, name);
-    const netns = `/var/run/netns/${ns}`;
+    const netns = netnsPath(ns);
     const rt: CniRuntimeConf = {
       containerId: `meshcap-sandbox-${this.plan.id}-${name}`,
       netns,
@@ -54,8 +55,7 @@ export class NetnsRuntime implements Runtime {
     // Registered first: an abort while `ip netns add` runs must still remove the namespace.
     this.pods.set(name, pod);
     this.cleanup.add(`pod ${name} (netns ${ns})`, () => this.deletePod(pod.handle));
-    await abortable(execa('ip', ['netns', 'add', ns]), signal);
-    await execa('ip', ['-n', ns, 'link', 'set', 'lo', 'up']);
+    await abortable(addNetns(ns), signal);
     // Set before the ADD: a failed ADD still gets its DEL (the runtime's duty in the spec).
     pod.result = await abortable(chainAdd(this.list, rt), signal);
     pod.handle.ip = resultIPv4(pod.result);
@@ -65,8 +65,7 @@ export class NetnsRuntime implements Runtime {
   run(pod: PodHandle, container: string, cmd: string[], o: RunOpts = {}): Proc {
     const p = this.pods.get(pod.name);
     if (!p) throw new Error(`pod ${pod.name} does not exist`);
-    const priv = o.uid !== undefined ? ['setpriv', `--reuid=${o.uid}`, `--regid=${o.uid}`, '--clear-groups'] : [];
-    const proc = startProc(`${pod.name}-${container}`, 'ip', ['netns', 'exec', netnsName(this.plan, pod.name), ...priv, ...cmd]);
+    const proc = startProc(`${pod.name}-${container}`, 'ip', inNetns(netnsName(this.plan, pod.name), cmd, o.uid !== undefined ? { uid: o.uid } : {}));
     p.procs.push(proc);
     return proc;
   }
@@ -82,8 +81,7 @@ export class NetnsRuntime implements Runtime {
     } catch (e) {
       delError = e as Error;
     }
-    const r = await execa('ip', ['netns', 'del', netnsName(this.plan, handle.name)], { reject: false });
-    if (r.exitCode !== 0 && existsSync(pod.rt.netns)) throw new Error(`ip netns del ${netnsName(this.plan, handle.name)}: ${r.stderr}`);
+    await delNetns(netnsName(this.plan, handle.name));
     if (delError) throw delError;
   }
 }

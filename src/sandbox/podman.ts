@@ -17,7 +17,7 @@ import { execa } from 'execa';
 import { projectRoot } from '../paths.js';
 import { abortable, type Cleanup } from './cleanup.js';
 import { conflist, containersConf, type SandboxPlan } from './plan.js';
-import { startProc, type Proc } from './proc.js';
+import { startProc, type Proc } from '../lab/process.js';
 import { cleanCniCache, cniCacheSnapshot, cniPluginDirs, deleteBridge, type PodHandle, type RunOpts, type Runtime } from './runtime.js';
 
 /**

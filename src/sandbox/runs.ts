@@ -5,6 +5,7 @@
 import { existsSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { execa } from 'execa';
+import { delNetns, listNetns, netnsPids } from '../lab/netns.js';
 import { uninstallDatapath } from '../loader/datapath.js';
 import { parseMountinfo } from '../loader/mounts.js';
 import { PIN_PREFIX, SANDBOX_RUN_ROOT, type SandboxPlan } from './plan.js';
@@ -98,11 +99,9 @@ export async function recoverStaleRuns(root = SANDBOX_RUN_ROOT): Promise<string[
       });
     }
     await step('namespaces', async () => {
-      const ns = (await execa('ip', ['netns', 'list'])).stdout.split('\n').map((l) => l.split(' ')[0]!).filter((n) => n.startsWith(`mcsb-${id}-`));
-      for (const n of ns) {
-        const pids = (await execa('ip', ['netns', 'pids', n], { reject: false })).stdout.split('\n').filter(Boolean);
-        for (const p of pids) process.kill(Number(p), 'SIGKILL');
-        await execa('ip', ['netns', 'del', n]);
+      for (const n of await listNetns(`mcsb-${id}-`)) {
+        for (const p of await netnsPids(n)) process.kill(p, 'SIGKILL');
+        await delNetns(n);
       }
     });
     await step('processes', async () => {

@@ -6,7 +6,7 @@
 import { existsSync, readdirSync, rmSync, rmdirSync } from 'node:fs';
 import path from 'node:path';
 import { execa } from 'execa';
-import type { Proc } from './proc.js';
+import type { Proc } from '../lab/process.js';
 
 export interface PodHandle {
   name: string;

@@ -5,7 +5,6 @@
 // eBPF mode and then in iptables mode; a verdict; everything removed.
 import { existsSync, mkdirSync, readdirSync, rmdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { execa } from 'execa';
 import { collectStatus } from '../agent/status.js';
 import type { Mode } from '../loader/mode.js';
 import { ISTIO_PROXY_CONTAINER } from '../mesh/vocabulary.js';
@@ -13,9 +12,10 @@ import { cniBinary, projectRoot } from '../paths.js';
 import { startSandboxAgent, type CniEvent, type SandboxAgent } from './agent-proc.js';
 import { abortable, Cleanup, SignalAbort, sleep, type CleanupStep } from './cleanup.js';
 import { NetnsRuntime, netnsName } from './netns.js';
+import { listNetns } from '../lab/netns.js';
 import { clientPods, makePlan, PIN_PREFIX, podsYaml, SANDBOX_RUN_ROOT, type PlanOptions, type SandboxPlan } from './plan.js';
 import { PodmanRuntime, probePodman } from './podman.js';
-import type { Proc } from './proc.js';
+import type { Proc } from '../lab/process.js';
 import { removeRunDir, recoverStaleRuns, writeRunRecord } from './runs.js';
 import { linkExists, type PodHandle, type Runtime } from './runtime.js';
 import { Screen, type Out } from './screen.js';
@@ -267,7 +267,7 @@ async function runPhase(mode: Mode, plan: SandboxPlan, rt: Runtime, cleanup: Cle
 async function leftovers(plan: SandboxPlan): Promise<string[]> {
   const left: string[] = [];
   if (await linkExists(plan.bridge)) left.push(`bridge ${plan.bridge}`);
-  const ns = (await execa('ip', ['netns', 'list'])).stdout.split('\n').map((l) => l.split(' ')[0]!).filter((n) => n.startsWith(netnsName(plan, '')));
+  const ns = await listNetns(netnsName(plan, ''));
   left.push(...ns.map((n) => `netns ${n}`));
   const parent = path.dirname(PIN_PREFIX);
   if (existsSync(parent)) left.push(...readdirSync(parent).map((e) => path.join(parent, e)).filter((p) => p.startsWith(`${PIN_PREFIX}${plan.id}-`)).map((p) => `pins ${p}`));

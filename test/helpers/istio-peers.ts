@@ -4,12 +4,13 @@
 // istio-iptables run in dry-run mode in one of them, istio-cni's ADD path
 // (the istio-cni-decide driver) fed pods, and Istio's dry-run record split
 // back into the iptables-restore input of each family.
-import { execFile, execFileSync, spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { execFile, spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
 import { randomBytes } from 'node:crypto';
+import { addNetnsSync, addVethSync, delNetnsSync, listNetnsSync } from '../../src/lab/index.js';
 import { projectRoot } from '../../src/paths.js';
 
 export const ISTIO_DIR = path.join(projectRoot, 'build', 'istio');
@@ -60,33 +61,21 @@ export interface PeerNetns {
 export function createPeerNetns(): PeerNetns {
   const tag = `mc-idiff-${process.pid}-${randomBytes(2).toString('hex')}`;
   const names: string[] = [];
-  const ip = (...a: string[]) => execFileSync('ip', a, { stdio: ['ignore', 'ignore', 'pipe'] });
   const close = () => {
-    for (const n of names.splice(0)) {
-      try {
-        execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore' });
-      } catch { /* gone */ }
-    }
+    for (const n of names.splice(0)) delNetnsSync(n);
   };
   process.once('exit', close);
   // namespaces a killed run left behind (its process is gone): remove them
-  for (const stale of execFileSync('ip', ['netns', 'list'], { encoding: 'utf8' }).split('\n')) {
-    const m = /^(mc-idiff-(\d+)-\S+)/.exec(stale);
-    if (m && !existsSync(`/proc/${m[2]}`)) {
-      try {
-        execFileSync('ip', ['netns', 'del', m[1] as string], { stdio: 'ignore' });
-      } catch { /* raced */ }
-    }
+  for (const stale of listNetnsSync('mc-idiff-')) {
+    const m = /^mc-idiff-(\d+)-/.exec(stale);
+    if (m && !existsSync(`/proc/${m[1]}`)) delNetnsSync(stale);
   }
+  // the lab (src/lab): lab-range addresses only, a veth pair inside the namespace, no route out
   const make = (suffix: string, v4: boolean, v6: boolean): string => {
     const n = `${tag}-${suffix}`;
-    ip('netns', 'add', n);
+    addNetnsSync(n, { lo: false });
     names.push(n);
-    ip('-n', n, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'peer0');
-    if (v4) ip('-n', n, 'addr', 'add', `${POD_V4}/24`, 'dev', 'eth0');
-    if (v6) ip('-n', n, '-6', 'addr', 'add', `${POD_V6}/64`, 'dev', 'eth0', 'nodad');
-    ip('-n', n, 'link', 'set', 'eth0', 'up');
-    ip('-n', n, 'link', 'set', 'peer0', 'up');
+    addVethSync({ ns: n, ifname: 'eth0', v4: v4 ? [`${POD_V4}/24`] : [], v6: v6 ? [`${POD_V6}/64`] : [] }, { ns: n, ifname: 'peer0' });
     return `/run/netns/${n}`;
   };
   try {

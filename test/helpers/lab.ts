@@ -2,12 +2,14 @@
 // and servers, veth links with addresses from 198.18.0.0/15 and 2001:db8::/32
 // that exist only inside them (no default route anywhere), processes running
 // inside them, and a cleanup that removes all of it even when a test fails
-// (and, as a last resort, when the test process exits).
+// (and, as a last resort, when the test process exits). Namespaces, links,
+// address checks and cleanup are the product's lab (src/lab), shared with the
+// sandbox and the benches; this file adds the test-side processes.
 import { execa, type ResultPromise } from 'execa';
-import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { inNetns, Lab as CoreLab, type InNetnsOpts, type LinkAddrs } from '../../src/lab/index.js';
 import { projectRoot } from '../../src/paths.js';
 
 const NS_AGENT = fileURLToPath(new URL('./ns-agent.mjs', import.meta.url));
@@ -29,29 +31,9 @@ export const scaled = (n: number): number => Math.ceil(n * TIME_SCALE);
 // ns-agent.mjs's own deadlines for ops called without timeoutMs; only used to
 // stretch them when TIME_SCALE > 1.
 const NS_AGENT_DEADLINES: Record<string, number> = { connect: 5000, connectMany: 20_000, udpAsk: 3000, pingPong: 10_000 };
-const live = new Set<string>();
-process.once('exit', () => {
-  for (const ns of live) {
-    try {
-      execFileSync('ip', ['netns', 'del', ns], { stdio: 'ignore' });
-    } catch {
-      /* already gone */
-    }
-  }
-});
+export type RunOpts = Pick<InNetnsOpts, 'uid' | 'gid' | 'caps'>;
 
-export interface RunOpts {
-  uid?: number;
-  gid?: number;
-  /** ambient capabilities kept across the uid change, e.g. ['net_admin'] */
-  caps?: string[];
-}
-
-function wrap(ns: string, cmd: string[], o: RunOpts = {}): string[] {
-  const caps = o.caps?.length ? [`--inh-caps=${o.caps.map((c) => `+${c}`).join(',')}`, `--ambient-caps=${o.caps.map((c) => `+${c}`).join(',')}`] : [];
-  const priv = o.uid !== undefined ? ['setpriv', `--reuid=${o.uid}`, `--regid=${o.gid ?? o.uid}`, '--clear-groups', ...caps] : [];
-  return ['netns', 'exec', ns, ...priv, ...cmd];
-}
+const wrap = (ns: string, cmd: string[], o: RunOpts = {}): string[] => inNetns(ns, cmd, o);
 
 /** A JSON-lines driven helper process inside a netns (test/helpers/ns-agent.mjs). */
 export class NsAgent {
@@ -97,32 +79,16 @@ export class NsAgent {
 }
 
 export class Lab {
-  readonly id = randomBytes(3).toString('hex');
-  private readonly nss: string[] = [];
-  private readonly procs: ResultPromise[] = [];
-  private links = 0;
+  private readonly core = new CoreLab('mc');
+  readonly id = this.core.id;
 
-  async netns(short: string): Promise<{ name: string; path: string }> {
-    const name = `mc-${short}-${this.id}`;
-    await execa('ip', ['netns', 'add', name]);
-    this.nss.push(name);
-    live.add(name);
-    await execa('ip', ['-n', name, 'link', 'set', 'lo', 'up']);
-    return { name, path: `/var/run/netns/${name}` };
+  netns(short: string): Promise<{ name: string; path: string }> {
+    return this.core.netns(short);
   }
 
-  /** veth between two namespaces with v4 (and optional v6) addresses; no default route. */
-  async link(a: string, b: string, addrs: { a4?: string[]; b4?: string[]; a6?: string[]; b6?: string[] }): Promise<{ aIf: string; bIf: string }> {
-    const n = this.links++;
-    const aIf = `mc${this.id}${n}a`;
-    const bIf = `mc${this.id}${n}b`;
-    await execa('ip', ['link', 'add', aIf, 'netns', a, 'type', 'veth', 'peer', 'name', bIf, 'netns', b]);
-    for (const [ns, ifn, v4, v6] of [[a, aIf, addrs.a4, addrs.a6], [b, bIf, addrs.b4, addrs.b6]] as const) {
-      for (const x of v4 ?? []) await execa('ip', ['-n', ns, 'addr', 'add', x, 'dev', ifn]);
-      for (const x of v6 ?? []) await execa('ip', ['-n', ns, '-6', 'addr', 'add', x, 'dev', ifn, 'nodad']);
-      await execa('ip', ['-n', ns, 'link', 'set', ifn, 'up']);
-    }
-    return { aIf, bIf };
+  /** veth between two namespaces with v4 (and optional v6) addresses from the lab ranges; no default route. */
+  link(a: string, b: string, addrs: LinkAddrs): Promise<{ aIf: string; bIf: string }> {
+    return this.core.link(a, b, addrs);
   }
 
   exec(ns: string, cmd: string[], o: RunOpts = {}) {
@@ -132,7 +98,11 @@ export class Lab {
   /** Start a process in the netns; returns it and a promise for its first stdout line matching `until`. */
   spawn(ns: string, cmd: string[], o: RunOpts & { until?: RegExp } = {}) {
     const p = execa('ip', wrap(ns, cmd, o), { stdin: 'pipe', stdout: 'pipe', stderr: 'pipe', reject: false, buffer: false });
-    this.procs.push(p);
+    // Registered after its namespace: cleanup kills it before the namespace goes.
+    this.core.add(`process ${cmd[0]} in ${ns}`, async () => {
+      p.kill('SIGKILL');
+      await p;
+    });
     const lines: string[] = [];
     let stderr = '';
     p.stderr!.on('data', (d: Buffer) => {
@@ -169,12 +139,7 @@ export class Lab {
   }
 
   async cleanup(): Promise<void> {
-    for (const p of this.procs) p.kill('SIGKILL');
-    await Promise.allSettled(this.procs);
-    for (const ns of this.nss.reverse()) {
-      await execa('ip', ['netns', 'del', ns], { reject: false });
-      live.delete(ns);
-    }
+    await this.core.close();
   }
 }
 

@@ -1,9 +1,28 @@
-// Long-running child processes of the sandbox (agent, proxies, workloads),
-// each in its own process group so a Ctrl-C on the terminal reaches only the
-// sandbox, which then stops them in order (pods first, so their DEL still
-// finds the agent).
+// Processes of a lab: the argv that runs a command inside a namespace (as
+// another uid, with capabilities, pinned to a CPU), and long-running
+// children (the sandbox's agent, proxies and workloads, a bench's servers)
+// each in its own process group, so a Ctrl-C on the terminal reaches only
+// the owner, which then stops them in order.
 import { spawn, type ChildProcess } from 'node:child_process';
 import readline from 'node:readline';
+
+export interface InNetnsOpts {
+  uid?: number;
+  /** default: uid */
+  gid?: number;
+  /** ambient capabilities kept across the uid change, e.g. ['net_admin'] */
+  caps?: string[];
+  /** taskset CPU list, e.g. '0' or '0-1' */
+  cpu?: string;
+}
+
+/** `ip` arguments that run cmd in the named netns: ip netns exec NS [taskset -c CPU] [setpriv ...] cmd. */
+export function inNetns(ns: string, cmd: string[], o: InNetnsOpts = {}): string[] {
+  const caps = o.caps?.length ? [`--inh-caps=${o.caps.map((c) => `+${c}`).join(',')}`, `--ambient-caps=${o.caps.map((c) => `+${c}`).join(',')}`] : [];
+  const priv = o.uid !== undefined ? ['setpriv', `--reuid=${o.uid}`, `--regid=${o.gid ?? o.uid}`, '--clear-groups', ...caps] : [];
+  const cpu = o.cpu !== undefined ? ['taskset', '-c', o.cpu] : [];
+  return ['netns', 'exec', ns, ...cpu, ...priv, ...cmd];
+}
 
 export interface Proc {
   readonly name: string;
@@ -14,6 +33,10 @@ export interface Proc {
   onLine(fn: (line: string) => void): void;
   /** Resolves with the first stdout line matching re; rejects if the process exits first or the timeout passes. */
   waitFor(re: RegExp, timeoutMs: number, signal?: AbortSignal): Promise<string>;
+  /** Like waitFor, for a line printed from now on (an answer to a signal, not an old one). */
+  nextLine(re: RegExp, timeoutMs: number, signal?: AbortSignal): Promise<string>;
+  /** Send sig to the process group. */
+  signal(sig: NodeJS.Signals): void;
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   readonly running: boolean;
   /** SIGTERM the group, SIGKILL after graceMs. */
@@ -25,7 +48,7 @@ const STDERR_CAP = 64 << 10;
 export function startProc(name: string, cmd: string, args: string[], o: { env?: NodeJS.ProcessEnv } = {}): Proc {
   const child: ChildProcess = spawn(cmd, args, { detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: o.env ?? process.env });
   const lines: string[] = [];
-  const listeners: ((l: string) => void)[] = [];
+  const listeners = new Set<(l: string) => void>();
   let err = '';
   let running = true;
   child.stderr!.on('data', (d: Buffer) => {
@@ -59,7 +82,9 @@ export function startProc(name: string, cmd: string, args: string[], o: { env?: 
     pid: child.pid,
     lines,
     stderr: () => err,
-    onLine: (fn) => listeners.push(fn),
+    onLine: (fn) => {
+      listeners.add(fn);
+    },
     exited,
     get running() {
       return running;
@@ -67,18 +92,24 @@ export function startProc(name: string, cmd: string, args: string[], o: { env?: 
     waitFor(re, timeoutMs, signal) {
       const hit = lines.find((l) => re.test(l));
       if (hit) return Promise.resolve(hit);
+      return p.nextLine(re, timeoutMs, signal);
+    },
+    signal: kill,
+    nextLine(re, timeoutMs, signal) {
       return new Promise<string>((resolve, reject) => {
         const done = (f: () => void) => {
           clearTimeout(timer);
+          listeners.delete(onLine);
           signal?.removeEventListener('abort', onAbort);
           f();
         };
         const timer = setTimeout(() => done(() => reject(new Error(`${name} not ready after ${timeoutMs} ms${tail(err)}`))), timeoutMs);
         const onAbort = () => done(() => reject(signal!.reason));
         signal?.addEventListener('abort', onAbort, { once: true });
-        listeners.push((l) => {
+        const onLine = (l: string) => {
           if (re.test(l)) done(() => resolve(l));
-        });
+        };
+        listeners.add(onLine);
         void exited.then((r) => done(() => reject(new Error(`${name} exited (${r.code ?? r.signal}) before it was ready${tail(err)}`))));
       });
     },
