@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
- * sockops (at the cgroup v2 root) and sk_msg:
+ * sockops (at the cgroup v2 root):
  *  - TCP_CONNECT_CB on a redirected app socket: its source port is now bound,
  *    so move the original destination from the socket cookie to the tuple
  *    (for the proxy) and into the socket's own storage (for the app's
@@ -11,9 +11,8 @@
  *  - TCP_LISTEN_CB: the proxy's inbound listener of a meshed pod goes into
  *    a free slot of mc_listen for sk_lookup to steer inbound connections to
  *    it (every socket of a SO_REUSEPORT group has its own slot).
- *  - with the splice switch on, app<->proxy loopback sockets go into mc_splice
- *    (and their addresses into mc_splice_ref); splice.bpf.c's sk_msg program
- *    moves bytes between them without the TCP/IP stack when that is safe.
+ * (The sk_msg app<->proxy splice that used to live here was removed, issue 20:
+ * docs/datapath.md "Why there is no splice".)
  */
 #include "mc_common.h"
 
@@ -24,8 +23,15 @@ MC_INLINE void mc_tuple_of(struct bpf_sock_ops *s, __u64 netns, struct mc_tuple 
 {
 	t->netns = netns;
 	if (s->family == AF_INET) {
-		mc_v4mapped(t->laddr, s->local_ip4);
-		mc_v4mapped(t->raddr, s->remote_ip4);
+		__u32 l4 = s->local_ip4, r4 = s->remote_ip4;
+
+		/* Load them here: clang would otherwise merge these loads with the
+		 * v6 branch's into one load from a computed ctx offset, which the
+		 * verifier refuses ("dereference of modified ctx ptr"). */
+		barrier_var(l4);
+		barrier_var(r4);
+		mc_v4mapped(t->laddr, l4);
+		mc_v4mapped(t->raddr, r4);
 	} else {
 		((__u32 *)t->laddr)[0] = s->local_ip6[0];
 		((__u32 *)t->laddr)[1] = s->local_ip6[1];
@@ -48,28 +54,6 @@ MC_INLINE void mc_tuple_reverse(const struct mc_tuple *in, struct mc_tuple *out)
 	out->lport = in->rport;
 	out->rport = in->lport;
 	out->pad = 0;
-}
-
-MC_INLINE bool mc_splice_on(void)
-{
-	__u32 zero = 0;
-	struct mc_settings *st = bpf_map_lookup_elem(&mc_settings, &zero);
-	return st && (st->flags & MC_S_SPLICE);
-}
-
-/* Into the splice: the sockhash (sk_msg runs on our sends) and our address for
- * the peer's sk_msg to read our TCP state from. */
-MC_INLINE void mc_splice_add(struct bpf_sock_ops *s, struct mc_tuple *mine)
-{
-	struct bpf_sock *sk = s->sk;
-	struct mc_sockref ref = {};
-
-	if (!sk)
-		return;
-	ref.addr = (__u64)sk;
-	ref.cookie = bpf_get_socket_cookie(s);
-	bpf_map_update_elem(&mc_splice_ref, mine, &ref, BPF_ANY);
-	bpf_sock_hash_update(s, &mc_splice, mine, BPF_ANY);
 }
 
 MC_INLINE void mc_on_connect(struct bpf_sock_ops *s)
@@ -109,25 +93,6 @@ MC_INLINE void mc_on_passive(struct bpf_sock_ops *s)
 		bpf_sk_storage_get(&mc_skorig, sk, o, BPF_SK_STORAGE_GET_F_CREATE);
 		bpf_map_delete_elem(&mc_origdst, &app);
 	}
-	if (mine.lport == pod->outbound_port && mc_is_loopback(mine.laddr) && mc_splice_on())
-		mc_splice_add(s, &mine);
-}
-
-MC_INLINE void mc_on_active(struct bpf_sock_ops *s)
-{
-	__u64 netns;
-	struct mc_tuple mine = {};
-	struct mc_pod *pod;
-
-	if (!mc_splice_on())
-		return;
-	netns = bpf_get_netns_cookie(s);
-	pod = mc_pod_of(netns);
-	if (!pod)
-		return;
-	mc_tuple_of(s, netns, &mine);
-	if (mine.rport == pod->outbound_port && mc_is_loopback(mine.raddr))
-		mc_splice_add(s, &mine);
 }
 
 MC_INLINE void mc_on_listen(struct bpf_sock_ops *s)
@@ -160,9 +125,6 @@ int mc_sockops(struct bpf_sock_ops *s)
 		break;
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
 		mc_on_passive(s);
-		break;
-	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
-		mc_on_active(s);
 		break;
 	case BPF_SOCK_OPS_TCP_LISTEN_CB:
 		mc_on_listen(s);

@@ -19,7 +19,6 @@
 #define MC_MAX_PORTS 65536
 #define MC_MAX_PORT_RANGES 65536
 #define MC_MAX_CONNS 262144 /* in-flight connect->accept handoffs */
-#define MC_MAX_SPLICE 131072
 #define MC_MAX_LISTEN 32768 /* sockets, not pods: a node runs far fewer than 16,384 pods x 2 families; unchanged so an upgrade reuses the pinned map */
 #define MC_POD_ADDRS 4
 
@@ -139,12 +138,6 @@ struct mc_listen_key {
 	__u8 pad[4];
 };
 
-#define MC_S_SPLICE (1u << 0)
-struct mc_settings {
-	__u32 flags;
-	__u32 pad;
-};
-
 #ifdef __BPF__
 /* Map definitions, only in BPF objects. Every object carries all of them;
  * the loader pins them by name, so all objects share one instance of each. */
@@ -219,13 +212,6 @@ struct {
 	__type(value, struct mc_orig);
 } mc_skorig SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct mc_settings);
-} mc_settings SEC(".maps");
-
 /* Listening proxy sockets per pod, for sk_lookup steering (inbound). */
 struct {
 	__uint(type, BPF_MAP_TYPE_SOCKHASH);
@@ -233,31 +219,6 @@ struct {
 	__type(key, struct mc_listen_key);
 	__type(value, __u64);
 } mc_listen SEC(".maps");
-
-/* Established app<->proxy loopback sockets, for the optional splice. */
-struct {
-	__uint(type, BPF_MAP_TYPE_SOCKHASH);
-	__uint(max_entries, MC_MAX_SPLICE);
-	__type(key, struct mc_tuple);
-	__type(value, __u64);
-} mc_splice SEC(".maps");
-
-/* Kernel-only (no TypeScript mirror): where a spliced socket lives, so the
- * peer's sk_msg program can read its TCP state (issue 20: a message may only
- * skip TCP once the peer has read everything sent through TCP). sk_msg cannot
- * release a sockhash lookup's reference, so the address is read through
- * bpf_rdonly_cast and checked against the socket's cookie. */
-struct mc_sockref {
-	__u64 addr;   /* struct sock * */
-	__u64 cookie; /* its socket cookie: a freed and reused struct sock has another */
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MC_MAX_SPLICE);
-	__type(key, struct mc_tuple);
-	__type(value, struct mc_sockref);
-} mc_splice_ref SEC(".maps");
 
 /* UDP DNS: socket cookie -> the resolver the app addressed (reply source). */
 struct {

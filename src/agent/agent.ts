@@ -37,8 +37,6 @@ export interface AgentOptions {
   metricsAddr?: string;
   /** Per-pod connection counters on /metrics (namespace/pod labels; cardinality). */
   metricsPerPod?: boolean;
-  /** The app<->proxy sk_msg splice (eBPF mode; experimental, off unless true: docs/datapath.md). */
-  splice?: boolean;
   /** How long ADD waits for an unknown pod (default 5000 ms, below the forwarder's 10 s timeout). */
   podWaitMs?: number;
   /** Period of the self-check that compares every record with the kernel and repairs drift (default 30000 ms; 0: off). */
@@ -124,8 +122,9 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       ({ mode, reasons } = pinnedMode(o.mode, pinned, o.pinRoot) ?? await probeKernel(o.mode));
     }
     if (mode === 'ebpf') {
-      const loaded = await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice });
+      const loaded = await loadDatapath({ pinRoot: o.pinRoot });
       for (const w of loaded.orderWarnings) log.warn({ pinRoot: o.pinRoot, cgroup: loaded.cgroup }, w);
+      for (const p of loaded.removedLegacy) log.info({ pin: p }, 'removed a pin of an older meshcap\'s splice (connections still spliced keep it until they close)');
       for (const u of loaded.unavailable) log.warn({ object: u.file, reason: u.reason }, `${u.file} refused by this kernel: its feature is off`);
       ebpf = new EbpfBackend(o.pinRoot);
     }
@@ -167,7 +166,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
         const lost = nodeDatapathProblems(o.pinRoot, dp.ebpf);
         if (lost.length > 0) {
           log.error({ problems: lost, pinRoot: o.pinRoot }, 'the node eBPF datapath is gone: loading it again');
-          await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice });
+          await loadDatapath({ pinRoot: o.pinRoot });
           const old = dp.ebpf;
           dp.ebpf = new EbpfBackend(o.pinRoot);
           old.close();

@@ -10,7 +10,7 @@ import { DEFAULT_STATE_DIR } from '../agent/state-store.js';
 import { DEFAULT_EXCLUDE_NAMESPACES } from '../decision/meshed.js';
 import type { PodSource } from '../kube/pod-source.js';
 import type { ModeRequest } from '../loader/mode.js';
-import { modeOption, pinRootOption, SPLICE_WARNING } from './datapath-commands.js';
+import { modeOption, pinRootOption, removedSpliceOption, SPLICE_REMOVED } from './datapath-commands.js';
 import { UsageError } from './exit.js';
 import { examples } from './help.js';
 
@@ -67,7 +67,7 @@ export function registerAgentCommand(program: Command): void {
     .addOption(new Option('--pod-wait-ms <ms>', 'how long ADD waits for a pod the source does not know yet').default('5000'))
     .addOption(new Option('--self-check-interval <seconds>', 'how often every pod\'s datapath is compared with its record and repaired (0: only at start)').default('30'))
     .addOption(new Option('--repair <action>', 'meshed pods found running without capture (started before meshcap-cni was in the CNI chain): capture them in place through their netns (repair), label them meshcap.io/uncaptured=true, delete them, or only report (off); an Event on the pod either way').choices(['repair', 'label', 'delete', 'off']).default('repair'))
-    .option('--splice', `eBPF mode: splice app<->proxy sockets with sk_msg (off by default; ${SPLICE_WARNING})`)
+    .addOption(removedSpliceOption())
     .addOption(new Option('--log-level <level>', 'pino log level').choices(['debug', 'info', 'warn', 'error']).default('info'))
     .action(async (o: AgentFlags) => {
       const podWaitMs = Number(o.podWaitMs);
@@ -76,6 +76,7 @@ export function registerAgentCommand(program: Command): void {
       if (!Number.isFinite(selfCheckS) || selfCheckS < 0 || selfCheckS > 86_400) throw new UsageError(`--self-check-interval ${o.selfCheckInterval} is not a number of seconds (0..86400)`);
       const [{ pino }, { startAgent }] = await Promise.all([import('pino'), import('../agent/agent.js')]);
       const logger = pino({ name: 'meshcap-agent', level: o.logLevel });
+      if (o.splice) logger.warn({ flag: '--splice' }, SPLICE_REMOVED);
       const { source, api } = await podSource(o, logger);
       const agent = await startAgent({
         socketPath: o.socket,
@@ -92,7 +93,6 @@ export function registerAgentCommand(program: Command): void {
         metricsPerPod: o.metricsPerPod === true,
         podWaitMs,
         selfCheckMs: Math.round(selfCheckS * 1000),
-        splice: o.splice === true,
       });
       await new Promise<void>((resolve) => {
         const stop = (signal: string) => {

@@ -1,9 +1,9 @@
 // `meshcap load` and `meshcap uninstall`.
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, rmdirSync } from 'node:fs';
 import path from 'node:path';
 import { Option, type Command } from 'commander';
 import { DEFAULT_PIN_ROOT } from '../paths.js';
-import { DEFAULT_STATE_DIR, readRecords, StateStore } from '../agent/state-store.js';
+import { configOf, cookieOf, DEFAULT_STATE_DIR, readRecords, StateStore, type AttachmentRecord } from '../agent/state-store.js';
 import { pinLayout } from '../loader/manifest.js';
 import { MAP } from '../maps/layout.js';
 import type { ModeRequest } from '../loader/mode.js';
@@ -13,8 +13,13 @@ import { checkDirOption } from './preflight.js';
 // `meshcap --help` loads none of them (test/unit/cli/startup-imports.test.ts).
 
 export const pinRootOption = () => new Option('--pin-root <dir>', 'bpffs directory for meshcap\'s pins').default(DEFAULT_PIN_ROOT);
-/** Why --splice is opt-in: said in every --help that offers it. */
-export const SPLICE_WARNING = "experimental: FIONREAD under-reports on spliced sockets and a few connections are reset under a stalled proxy (issue 20), see docs/datapath.md";
+/**
+ * --splice turned on the sk_msg splice, removed in issue 20. Still accepted
+ * (hidden) so a DaemonSet or script that passes it keeps starting; it does
+ * nothing and says so.
+ */
+export const removedSpliceOption = () => new Option('--splice', 'removed').hideHelp();
+export const SPLICE_REMOVED = '--splice does nothing: the sk_msg splice was removed (issue 20; docs/datapath.md, "Why there is no splice"). Remove the flag';
 export const modeOption = () => new Option('--mode <mode>', 'datapath mode').choices(['auto', 'ebpf', 'iptables']).default('auto');
 
 export const stateDirOption = () => new Option('--state-dir <dir>', 'the agent\'s attachment records').default(DEFAULT_STATE_DIR);
@@ -71,6 +76,47 @@ async function capturedPods(pinRoot: string, stateDir: string): Promise<string[]
   return cookies.map((c) => byCookie.get(c.toString()) ?? `(no record) netns cookie ${c}`);
 }
 
+/** iptables-mode records whose netns still lives: pods captured by rules meshcap put in their netns. */
+async function iptablesPods(stateDir: string): Promise<AttachmentRecord[]> {
+  const { liveCookie } = await import('../pod-netns.js');
+  const out: AttachmentRecord[] = [];
+  for (const r of readRecords(stateDir).records) {
+    if (r.mode !== 'iptables') continue;
+    const live = await liveCookie(r.netns);
+    if (live === 'gone' || (live !== null && r.netnsCookie !== null && live.toString() !== r.netnsCookie)) continue;
+    out.push(r);
+  }
+  return out;
+}
+
+/** --force: take meshcap's rules (and routes) out of each iptables pod's netns; other chains stay. */
+async function removeIptablesCaptures(recs: AttachmentRecord[]): Promise<string[]> {
+  const [{ pino }, { IptablesBackend }] = await Promise.all([import('pino'), import('../pod-datapath/iptables.js')]);
+  const be = new IptablesBackend(pino({ level: 'silent' }));
+  const failed: string[] = [];
+  for (const r of recs) {
+    const pod = `${r.podNamespace}/${r.podName}`;
+    try {
+      const outcome = await be.unregister({ netns: r.netns, config: configOf(r), podIPs: r.podIPs }, cookieOf(r));
+      console.log(`${outcome === 'removed' ? 'removed the iptables capture of' : `nothing to remove (${outcome}) for`} ${pod} (netns ${r.netns})`);
+    } catch (e) {
+      failed.push(`${pod} (netns ${r.netns}): ${(e as Error).message}`);
+    }
+  }
+  return failed;
+}
+
+/** --purge: every readable record removed; unreadable files (maybe not meshcap's) reported and left. */
+async function purgeRecords(stateDir: string): Promise<void> {
+  if (!existsSync(stateDir)) return;
+  const store = new StateStore(stateDir);
+  for (const p of store.open()) console.error(`left in place (unreadable, maybe not meshcap's): ${p}`);
+  const recs = store.list();
+  for (const r of recs) await store.remove(r.containerId, r.ifname);
+  console.log(`removed ${recs.length} attachment records from ${stateDir}`);
+  if (readdirSync(stateDir).length === 0) rmdirSync(stateDir);
+}
+
 export function registerDatapathCommands(program: Command): void {
   program
     .command('load')
@@ -82,18 +128,19 @@ export function registerDatapathCommands(program: Command): void {
     .addOption(pinRootOption())
     .addOption(modeOption())
     .addOption(stateDirOption())
-    .option('--splice', `splice app<->proxy sockets with sk_msg (off by default; ${SPLICE_WARNING})`)
+    .addOption(removedSpliceOption())
     .action(async (o: { pinRoot: string; mode: ModeRequest; splice?: boolean; stateDir: string }) => {
       checkDirOption('--state-dir', o.stateDir);
+      if (o.splice) console.error(`warning: ${SPLICE_REMOVED}`);
       const [{ probeKernel }, { loadDatapath }] = await Promise.all([import('../loader/probe.js'), import('../loader/datapath.js')]);
       const probe = await probeKernel(o.mode);
       if (probe.mode !== 'ebpf') {
         console.log(`mode iptables: nothing to load into the kernel (${probe.reasons.join('; ')})`);
         return;
       }
-      const r = await loadDatapath({ pinRoot: o.pinRoot, splice: o.splice === true });
+      const r = await loadDatapath({ pinRoot: o.pinRoot });
       for (const l of r.links) console.log(`${l.action.padEnd(8)} ${l.name.padEnd(14)} link ${l.linkId} prog ${l.progId} -> ${l.pin}`);
-      for (const m of r.mapPrograms) console.log(`attached ${m.name.padEnd(14)} prog ${m.progId} -> map ${m.map}`);
+      for (const p of r.removedLegacy) console.log(`removed  ${p} (an older meshcap's splice; connections still spliced keep it until they close)`);
       for (const u of r.unavailable) console.log(`unavailable ${u.file} (its feature is off on this kernel): ${u.reason}`);
       for (const w of r.orderWarnings) console.log(`warning: ${w}`);
       console.log(`datapath loaded at ${r.cgroup} (pins under ${r.pinRoot})`);
@@ -108,16 +155,19 @@ export function registerDatapathCommands(program: Command): void {
     .addHelpText('after', examples(
       'sudo meshcap uninstall',
       'sudo meshcap uninstall --force   # even while meshed pods are captured',
+      'sudo meshcap uninstall --force --purge   # the agent stopped: nothing of meshcap left, records included',
     ))
     .addOption(pinRootOption())
     .addOption(stateDirOption())
-    .option('--force', 'uninstall even though meshed pods are captured now (their traffic then bypasses the sidecar)')
-    .action(async (o: { pinRoot: string; stateDir: string; force?: boolean }) => {
+    .option('--force', 'uninstall even though meshed pods are captured now (their traffic then bypasses the sidecar); also takes meshcap\'s rules out of iptables-mode pods')
+    .option('--purge', 'also remove the agent\'s attachment records (stop the agent first): an agent started later restores nothing')
+    .action(async (o: { pinRoot: string; stateDir: string; force?: boolean; purge?: boolean }) => {
       checkDirOption('--state-dir', o.stateDir);
-      const live = await capturedPods(o.pinRoot, o.stateDir);
+      const tables = await iptablesPods(o.stateDir);
+      const live = [...await capturedPods(o.pinRoot, o.stateDir), ...tables.map((r) => `${r.podNamespace}/${r.podName} (iptables)`)];
       if (live.length > 0 && !o.force) {
         console.error(
-          `meshcap uninstall: ${live.length} meshed pod(s) are captured by the eBPF datapath now: ${live.slice(0, 20).join(', ')}${live.length > 20 ? ', ...' : ''}.\n` +
+          `meshcap uninstall: ${live.length} meshed pod(s) are captured by meshcap now: ${live.slice(0, 20).join(', ')}${live.length > 20 ? ', ...' : ''}.\n` +
             'Uninstalling detaches their capture: their connections would go straight to their destinations, past the sidecar (no mTLS, no policy), ' +
             'and inbound to them would be refused, until the agent loads the datapath again and restores them.\n' +
             'Drain the node (or delete those pods) first, or pass --force if that is what you want.',
@@ -133,5 +183,9 @@ export function registerDatapathCommands(program: Command): void {
         console.error(`left in place (not meshcap's): ${r.leftBehind.join(', ')}`);
         process.exitCode = 1;
       }
+      const failed = await removeIptablesCaptures(tables);
+      for (const f of failed) console.error(`could not remove the iptables capture of ${f}`);
+      if (failed.length) process.exitCode = 1;
+      else if (o.purge) await purgeRecords(o.stateDir);
     });
 }

@@ -9,10 +9,9 @@ import { existsSync, lstatSync, mkdirSync, readdirSync, rmdirSync, statSync, unl
 import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import { bpfFdKind, readFdinfo } from './fdinfo.js';
-import { NODE_OBJECTS, objectPath, pinLayout } from './manifest.js';
+import { LEGACY_MAPS, NODE_OBJECTS, objectPath, pinLayout } from './manifest.js';
 import { cgroupPrograms, describeForeignBefore, foreignBefore } from './cgroup-order.js';
 import { cgroup2OrThrow, ensureBpffs } from './mounts.js';
-import { MAP, mcSettings, SettingsFlag } from '../maps/layout.js';
 
 export interface LinkState {
   name: string;
@@ -28,8 +27,8 @@ export interface LoadResult {
   pinRoot: string;
   cgroup: string;
   links: LinkState[];
-  /** Programs attached to maps (the splice's sk_msg verdict). */
-  mapPrograms: { name: string; map: string; progId: number }[];
+  /** Pins of an older meshcap's splice (LEGACY_MAPS) this load removed. */
+  removedLegacy: string[];
   /** Optional objects this kernel refused, with the reason (their features are unavailable). */
   unavailable: { file: string; reason: string }[];
   /** Foreign programs that run before meshcap's on connect4/6 (see cgroup-order.ts), one line each; empty when none. */
@@ -74,12 +73,26 @@ function inspectPinnedLink(pin: string, attachType: number, cgroupId: bigint): {
 }
 
 /**
- * objectDir: where the .bpf.o files are (default: this package's build/bpf).
- * splice: off unless true. Experimental: it can reorder a connection's bytes
- * when the app writes before the proxy accepts (issue 20, docs/datapath.md),
- * so it is opt-in however much faster it measured.
+ * Unpin what an older meshcap pinned for its sk_msg splice (LEGACY_MAPS).
+ * Called after the new sockops program is in place, so nothing adds sockets
+ * to mc_splice any more. Only the pins go: the map's verdict is released with
+ * its last pin, and a connection still spliced keeps its own copy of the
+ * verdict until it closes (deleting its entry would drop the bytes queued in
+ * its psock). Returns the pins removed.
  */
-export async function loadDatapath(opts: { pinRoot: string; splice?: boolean; objectDir?: string }): Promise<LoadResult> {
+export function removeLegacyPins(pinRoot: string): string[] {
+  const removed: string[] = [];
+  for (const name of LEGACY_MAPS) {
+    const pin = path.join(pinLayout(pinRoot).maps, name);
+    if (!existsSync(pin)) continue;
+    unlinkSync(pin);
+    removed.push(pin);
+  }
+  return removed;
+}
+
+/** objectDir: where the .bpf.o files are (default: this package's build/bpf). */
+export async function loadDatapath(opts: { pinRoot: string; objectDir?: string }): Promise<LoadResult> {
   await ensureBpffs();
   const cgroup = cgroup2OrThrow();
   const cgroupId = BigInt(statSync(cgroup).ino);
@@ -87,7 +100,6 @@ export async function loadDatapath(opts: { pinRoot: string; splice?: boolean; ob
   for (const d of [L.root, L.maps, L.links, L.pods]) mkdirSync(d, { recursive: true });
 
   const links: LinkState[] = [];
-  const mapPrograms: LoadResult['mapPrograms'] = [];
   const unavailable: LoadResult['unavailable'] = [];
   for (const spec of NODE_OBJECTS) {
     const obj = bpf.openObject(objectPath(spec.file, opts.objectDir), { mapPinDir: L.maps });
@@ -100,16 +112,6 @@ export async function loadDatapath(opts: { pinRoot: string; splice?: boolean; ob
         continue;
       }
       const progs = new Map(obj.programs().map((p) => [p.name, p]));
-      for (const mp of spec.maps ?? []) {
-        const prog = progs.get(mp.name);
-        if (!prog) throw new Error(`${spec.file} has no program ${mp.name}: the build is out of date (npm run setup)`);
-        const attachType = bpf.consts.attachType[mp.attachType];
-        if (attachType === undefined) throw new Error(`unknown attach type ${mp.attachType}`);
-        // Attaching again swaps the program atomically (adopt and upgrade alike).
-        const mapFd = bpf.objGet(path.join(L.maps, mp.map));
-        withFd(mapFd, () => bpf.progAttach(prog.fd, mapFd, attachType));
-        mapPrograms.push({ name: mp.name, map: mp.map, progId: bpf.progInfo(prog.fd).id });
-      }
       for (const cp of spec.cgroup) {
         const prog = progs.get(cp.name);
         if (!prog) throw new Error(`${spec.file} has no program ${cp.name}: the build is out of date (npm run setup)`);
@@ -142,12 +144,7 @@ export async function loadDatapath(opts: { pinRoot: string; splice?: boolean; ob
       obj.close();
     }
   }
-  const splice = opts.splice ?? false;
-  const noVerdict = unavailable.find((u) => u.file === 'splice.bpf.o');
-  // Sockets in mc_splice without the verdict would gain nothing and still
-  // change how the kernel reads them (FIONREAD): refuse instead.
-  if (splice && noVerdict) throw new Error(`--splice: this kernel cannot load the splice's sk_msg program (${noVerdict.reason})`);
-  setSplice(opts.pinRoot, splice);
+  const removedLegacy = removeLegacyPins(opts.pinRoot);
   const ours = new Set(links.map((l) => l.progId));
   let orderWarnings: string[];
   try {
@@ -156,25 +153,7 @@ export async function loadDatapath(opts: { pinRoot: string; splice?: boolean; ob
     // The datapath is loaded and works; only the order check could not run.
     orderWarnings = [`could not check which programs run before meshcap's on connect4/6 at ${cgroup}: ${(e as Error).message}`];
   }
-  return { pinRoot: opts.pinRoot, cgroup, links, mapPrograms, unavailable, orderWarnings };
-}
-
-/** Turn the app<->proxy splice on or off (live, through the settings map). */
-export function setSplice(pinRoot: string, on: boolean): void {
-  const fd = bpf.objGet(path.join(pinLayout(pinRoot).maps, MAP.settings));
-  withFd(fd, () => {
-    const key = Buffer.alloc(4);
-    bpf.mapUpdate(fd, key, mcSettings.encode({ flags: on ? SettingsFlag.SPLICE : 0 }));
-  });
-}
-
-/** Whether the splice is switched on in the pinned settings map. */
-export function spliceOn(pinRoot: string): boolean {
-  const fd = bpf.objGet(path.join(pinLayout(pinRoot).maps, MAP.settings));
-  return withFd(fd, () => {
-    const v = bpf.mapLookup(fd, Buffer.alloc(4), mcSettings.size);
-    return v !== null && (mcSettings.decode(v).flags & SettingsFlag.SPLICE) !== 0;
-  });
+  return { pinRoot: opts.pinRoot, cgroup, links, removedLegacy, unavailable, orderWarnings };
 }
 
 export interface UninstallResult {

@@ -9,18 +9,9 @@ export interface CgroupProgram {
   attachType: string;
 }
 
-/** A program the kernel attaches to a map (no bpf_link: the map holds it). */
-export interface MapProgram {
-  name: string;
-  /** map pin name under <pin root>/maps */
-  map: string;
-  attachType: string;
-}
-
 export interface ObjectSpec {
   file: string;
   cgroup: CgroupProgram[];
-  maps?: MapProgram[];
   /** A kernel that cannot load it loses this feature only (not eBPF mode). */
   optional?: boolean;
 }
@@ -34,10 +25,6 @@ export const NODE_OBJECTS: ObjectSpec[] = [
       { name: 'mc_connect6', attachType: 'CGROUP_INET6_CONNECT' },
     ],
   },
-  // The splice's verdict: sockets take the map's programs when they are
-  // inserted, so it is attached before sockops can insert any. Optional: it
-  // reads the peer socket's TCP state (issue 20), which older kernels may refuse.
-  { file: 'splice.bpf.o', cgroup: [], maps: [{ name: 'mc_splice_msg', map: 'mc_splice', attachType: 'SK_MSG_VERDICT' }], optional: true },
   { file: 'sockops.bpf.o', cgroup: [{ name: 'mc_sockops', attachType: 'CGROUP_SOCK_OPS' }] },
   { file: 'origdst.bpf.o', cgroup: [{ name: 'mc_getsockopt', attachType: 'CGROUP_GETSOCKOPT' }] },
   {
@@ -61,6 +48,15 @@ export const NODE_OBJECTS: ObjectSpec[] = [
     optional: true,
   },
 ];
+
+/**
+ * Maps pinned by older meshcap versions for the sk_msg splice (removed in
+ * issue 20: docs/datapath.md "Why there is no splice"). Nothing uses them any
+ * more; load unpins them (removeLegacyPins) and uninstall sweeps them with the
+ * rest. mc_splice held the mc_splice_msg verdict: unpinning it drops the
+ * verdict from the map, and sockets still in it keep theirs until they close.
+ */
+export const LEGACY_MAPS = ['mc_splice', 'mc_splice_ref', 'mc_settings'] as const;
 
 /** Loaded once per meshed pod and attached to its netns (sk_lookup). */
 export const POD_INBOUND_OBJECT = 'inbound.bpf.o';

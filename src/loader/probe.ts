@@ -5,7 +5,7 @@
 import { mkdirSync, rmdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { execa } from 'execa';
+import { addNetns, delNetns } from '../lab/netns.js';
 import * as bpf from '../native/addon.js';
 import { REQUIRED_FEATURES, type FeatureResult, type FeatureSpec } from './features.js';
 import { decideMode, type ModeDecision, type ModeRequest } from './mode.js';
@@ -36,7 +36,7 @@ export function verifierReason(log: string | undefined, fallback: string): strin
 
 async function trialLoadObjects(): Promise<FeatureResult & { failures: string[] }> {
   const failures: string[] = [];
-  // Optional objects (the splice) cost their feature, not eBPF mode.
+  // Optional objects (peername.bpf.o) cost their feature, not eBPF mode.
   for (const file of [...NODE_OBJECTS.filter((o) => !o.optional).map((o) => o.file), POD_INBOUND_OBJECT]) {
     let obj: bpf.BpfObject | null = null;
     try {
@@ -65,11 +65,11 @@ async function makeTargets(): Promise<Targets> {
     cgroup = path.join(root, `meshcap-probe-${process.pid}`);
     mkdirSync(cgroup, { recursive: true });
   }
+  // The name src/cli/probe-command.ts removes on a second Ctrl-C.
   const ns = `meshcap-probe-${process.pid}`;
   let netns: string | null = null;
   try {
-    await execa('ip', ['netns', 'add', ns]);
-    netns = `/var/run/netns/${ns}`;
+    netns = await addNetns(ns, { lo: false });
   } catch {
     netns = null;
   }
@@ -78,7 +78,7 @@ async function makeTargets(): Promise<Targets> {
     netns,
     cleanup: async () => {
       if (cgroup) rmdirSync(cgroup);
-      if (netns) await execa('ip', ['netns', 'del', ns]).catch(() => undefined);
+      if (netns) await delNetns(ns).catch(() => undefined);
     },
   };
 }

@@ -20,7 +20,6 @@ export const PodFlag = {
 export const CidrKind = { OUT_EXCLUDE4: 1, OUT_INCLUDE4: 2, OUT_EXCLUDE6: 3, OUT_INCLUDE6: 4, DNS4: 5, DNS6: 6 } as const;
 export const PortKind = { OUT_EXCLUDE: 1, OUT_INCLUDE: 2, IN_EXCLUDE: 3, IN_INCLUDE: 4 } as const;
 export const OrigKind = { OUTBOUND: 1, OWN_POD: 2 } as const;
-export const SettingsFlag = { SPLICE: 1 << 0 } as const;
 
 export interface McPod {
   outbound_port: number;
@@ -124,13 +123,7 @@ export const mcListenKey = defineStruct<McListenKey>('mc_listen_key', [
   { name: 'pad', kind: 'bytes', length: 4 },
 ]);
 
-export interface McSettings { flags: number; pad?: number }
-export const mcSettings = defineStruct<McSettings>('mc_settings', [
-  { name: 'flags', kind: 'u32' },
-  { name: 'pad', kind: 'u32' },
-]);
-
-export const ALL_LAYOUTS = [mcPod, mcCidrKey, mcPortKey, mcPortRangeKey, mcPortRange, mcTuple, mcOrig, mcStats, mcListenKey, mcSettings];
+export const ALL_LAYOUTS = [mcPod, mcCidrKey, mcPortKey, mcPortRangeKey, mcPortRange, mcTuple, mcOrig, mcStats, mcListenKey];
 
 /** u64 keys (netns cookie, socket cookie) as the kernel stores them. */
 export function u64Key(v: bigint): Buffer {
@@ -149,8 +142,6 @@ export const MAP = {
   sockorig: 'mc_sockorig',
   origdst: 'mc_origdst',
   skorig: 'mc_skorig',
-  settings: 'mc_settings',
   listen: 'mc_listen',
-  splice: 'mc_splice',
   dnsorig: 'mc_dnsorig',
 } as const;

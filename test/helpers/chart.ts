@@ -21,7 +21,7 @@ export const VALUE_SETS: Record<string, string[]> = {
   defaults: [],
   linkerd: ['--set', 'profile=linkerd', '--set', 'excludeNamespaces={monitoring,ci}'],
   iptables: ['--set', 'mode=iptables', '--set', 'repair=label', '--set', 'cni.confFile=10-calico.conflist', '--set', 'nodeTaint=meshcap.io/not-ready'],
-  delete: ['--set', 'repair=delete', '--set', 'mode=ebpf', '--set', 'splice=true', '--set', 'cni.confDir=/etc/cni/multus/net.d', '--set', 'cni.binDir=/var/lib/cni/bin'],
+  delete: ['--set', 'repair=delete', '--set', 'mode=ebpf', '--set', 'cni.confDir=/etc/cni/multus/net.d', '--set', 'cni.binDir=/var/lib/cni/bin'],
   off: ['--set', 'repair=off', '--set', 'ports.agent=19964', '--set', 'ports.installCni=19965', '--set', 'image.repository=registry.example.com/meshcap', '--set', 'image.tag=0.1.0'],
 };
 

@@ -108,7 +108,7 @@ describe.each(Object.entries(VALUE_SETS))('helm template (%s)', (_name, args) =>
     const set = (k: string) => { const at = args.indexOf(`${k}=`); const s = args.find((x) => x.startsWith(`${k}=`)); return at >= 0 || s ? s!.slice(k.length + 1) : undefined; };
     expect(arg(a, '--mode')).toBe(set('mode') ?? 'auto');
     expect(arg(a, '--repair')).toBe(set('repair') ?? 'repair');
-    expect(a.args.includes('--splice')).toBe(set('splice') === 'true');
+    expect(a.args.includes('--splice')).toBe(false); // removed in issue 20
     expect(arg(i, '--conf-file')).toBe(set('cni.confFile'));
     expect(arg(i, '--remove-node-taint')).toBe(set('nodeTaint'));
     if (set('nodeTaint')) expect(arg(i, '--agent-readyz')).toBe(`http://127.0.0.1:${arg(a, '--metrics-addr')!.split(':').pop()}/readyz`);

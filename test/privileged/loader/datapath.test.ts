@@ -71,23 +71,6 @@ describeEbpf('datapath loader', () => {
     expect((await cgroupProgs()).filter((p) => p.name === 'mc_connect4' && first.links.some((l) => l.progId === p.id))).toHaveLength(1);
   });
 
-  it('attaches the splice verdict to mc_splice; a second load swaps it, uninstall frees it', async () => {
-    const root = newRoot();
-    const spliceId = async () => (await bpftoolJson<{ id: number }>('map', 'show', 'pinned', path.join(root, 'maps', 'mc_splice'))).id;
-    // sk_msg programs that use this pin root's mc_splice: only the attached one outlives its load
-    const verdicts = async (mapId: number) =>
-      (await bpftoolJson<{ id: number; type: string; map_ids?: number[] }[]>('prog', 'show')).filter((p) => p.type === 'sk_msg' && p.map_ids?.includes(mapId)).map((p) => p.id);
-    const first = await loadDatapath({ pinRoot: root });
-    const mapId = await spliceId();
-    expect(first.mapPrograms.map((m) => [m.name, m.map])).toEqual([['mc_splice_msg', 'mc_splice']]);
-    expect(await verdicts(mapId)).toEqual([first.mapPrograms[0]!.progId]);
-    const second = await loadDatapath({ pinRoot: root });
-    expect(second.mapPrograms[0]!.progId).not.toBe(first.mapPrograms[0]!.progId);
-    await expect.poll(() => verdicts(mapId)).toEqual([second.mapPrograms[0]!.progId]);
-    uninstallDatapath(root);
-    await expect.poll(() => verdicts(mapId)).toEqual([]);
-  });
-
   it('replaces a changed program in place with bpf_link_update (same link, new program)', async () => {
     const root = newRoot();
     const first = await loadDatapath({ pinRoot: root });
@@ -116,7 +99,7 @@ describeEbpf('datapath loader', () => {
     bpf.linkDetach(fd);
     bpf.closeFd(fd);
     rmSync(linkPin);
-    const mapFd = bpf.objGet(path.join(root, 'maps', 'mc_settings'));
+    const mapFd = bpf.objGet(path.join(root, 'maps', 'mc_stats'));
     bpf.objPin(mapFd, linkPin);
     bpf.closeFd(mapFd);
     await expect(loadDatapath({ pinRoot: root })).rejects.toThrow(ForeignPinError);
@@ -129,9 +112,9 @@ describeEbpf('datapath loader', () => {
     await loadDatapath({ pinRoot: root });
     const pods = path.join(root, 'maps', 'mc_pods');
     rmSync(pods);
-    const settings = bpf.objGet(path.join(root, 'maps', 'mc_settings'));
-    bpf.objPin(settings, pods); // an ARRAY where a HASH of pods belongs
-    bpf.closeFd(settings);
+    const listen = bpf.objGet(path.join(root, 'maps', 'mc_listen'));
+    bpf.objPin(listen, pods); // a SOCKHASH where a HASH of pods belongs
+    bpf.closeFd(listen);
     await expect(loadDatapath({ pinRoot: root })).rejects.toThrow(/mc_pods/);
   });
 
@@ -152,7 +135,7 @@ describeEbpf('datapath loader', () => {
     const root = newRoot();
     await loadDatapath({ pinRoot: root });
     const stranger = path.join(root, 'maps', 'someone_elses');
-    const fd = bpf.objGet(path.join(root, 'maps', 'mc_settings'));
+    const fd = bpf.objGet(path.join(root, 'maps', 'mc_stats'));
     bpf.objPin(fd, stranger);
     bpf.closeFd(fd);
     const res = uninstallDatapath(root);
