@@ -102,17 +102,12 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
   });
 
   it('meshcap uninstall refuses while the pod is captured and names it; --force goes ahead', async () => {
-    if (mode === 'ebpf') {
-      const r = await meshcap(['uninstall', '--pin-root', fx.pinRoot, '--state-dir', stateDir()]);
-      expect(r.exitCode).toBe(1);
-      expect(r.stderr).toContain('default/web');
-      expect(r.stderr).toMatch(/past the sidecar.*--force/s);
-      expect((await cni('CHECK', call())).exitCode, 'a refused uninstall must change nothing').toBe(0);
-    } else {
-      // iptables mode has no eBPF pins: nothing is captured by what uninstall removes.
-      const r = await meshcap(['uninstall', '--pin-root', fx.pinRoot, '--state-dir', stateDir()]);
-      expect(r.exitCode, r.stderr).toBe(0);
-    }
+    // both modes: an iptables pod's rules are meshcap's too (uninstall --force removes them)
+    const r = await meshcap(['uninstall', '--pin-root', fx.pinRoot, '--state-dir', stateDir()]);
+    expect(r.exitCode).toBe(1);
+    expect(r.stderr).toContain('default/web');
+    expect(r.stderr).toMatch(/past the sidecar.*--force/s);
+    expect((await cni('CHECK', call())).exitCode, 'a refused uninstall must change nothing').toBe(0);
   });
 
   it('agent stopped, datapath removed, agent started: the pod is restored while traffic flows, none of it direct once ready', async () => {
