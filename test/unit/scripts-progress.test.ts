@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-// @ts-expect-error: plain .mjs without types
 import { createStepProgress, fmt } from '../../scripts/lib/progress.mjs';
 
 describe('bench progress', () => {

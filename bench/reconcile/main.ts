@@ -1,29 +1,29 @@
-#!/usr/bin/env node
 // npm run bench:reconcile — how long a node stays uncaptured after a datapath
-// reload: N meshed pods (network namespaces this script made) are added
+// reload: N meshed pods (network namespaces of this bench's lab) are added
 // through the agent, the agent is stopped, the datapath is lost (eBPF:
-// `meshcap uninstall` removes every pin and map; iptables: the rules in every
-// pod netns are flushed), and a new agent is started on the same state dir.
+// uninstall removes every pin and map; iptables: the rules in every pod
+// netns are flushed), and a new agent is started on the same state dir.
 // Measured: agent start to ready (the reconcile that restores every pod runs
 // before ready), the reconcile alone, and one steady self-check pass with
 // nothing to repair (the cost the agent pays every --self-check-interval).
-// Needs root and `npm run build`.
+// Needs root and the build (npm run build: the addon and the BPF objects).
 //
-//   node scripts/bench-reconcile.mjs [--pods 1,100,1000] [--modes ebpf,iptables] [--json FILE]
+//   node --import ./bench/lib/ts.mjs bench/reconcile/main.ts [--pods 1,100,1000] [--modes ebpf,iptables] [--json FILE]
 //
-// Everything it makes (netns, pins, state dir) is removed at the end, also on
-// Ctrl-C. The namespaces have no links: no traffic leaves any of them.
-import { createStepProgress } from './lib/progress.mjs';
-import { execFileSync } from 'node:child_process';
+// Everything it makes (netns, pins, state dir) is in one lab (src/lab) and
+// removed at the end, also on failure and Ctrl-C. The namespaces have no
+// links: no traffic leaves any of them.
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { fileURLToPath } from 'node:url';
+import { pino } from 'pino';
+import { stringify } from 'yaml';
+import { createStepProgress } from '../../scripts/lib/progress.mjs';
+import { cleanupOnSignals, Lab } from '../../src/lab/index.js';
+import { projectRoot } from '../../src/paths.js';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const dist = (p) => path.join(root, 'dist', p);
-if (!existsSync(dist('agent/agent.js'))) throw new Error(`${dist('agent/agent.js')} is missing: npm run build`);
+if (!existsSync(path.join(projectRoot, 'build/native/Release/meshcap_native.node'))) throw new Error('build/native/Release/meshcap_native.node is missing: npm run build');
 if (process.getuid?.() !== 0) throw new Error('run as root: the bench makes network namespaces and loads BPF programs');
 
 const { values: opt } = parseArgs({
@@ -35,36 +35,32 @@ const { values: opt } = parseArgs({
 });
 const SIZES = opt.pods.split(',').map(Number);
 if (!SIZES.every((n) => Number.isInteger(n) && n >= 1 && n <= 5000)) throw new Error('--pods: comma-separated counts from 1 to 5000');
-const MODES = opt.modes.split(',');
+const MODES = opt.modes.split(',') as ('ebpf' | 'iptables')[];
 for (const m of MODES) if (m !== 'ebpf' && m !== 'iptables') throw new Error(`--modes: ebpf and/or iptables, not ${m}`);
 
-const { pino } = await import('pino');
-const { stringify } = await import('yaml');
-const { startAgent } = await import(dist('agent/agent.js'));
-const { FileSource } = await import(dist('kube/file-source.js'));
-const { uninstallDatapath } = await import(dist('loader/datapath.js'));
-const { removeCapture } = await import(dist('fallback-iptables/apply.js'));
-const { configOf } = await import(dist('agent/state-store.js'));
+// Loaded after the checks so a missing build fails with the message above (they load the addon).
+const { startAgent } = await import('../../src/agent/agent.js');
+const { FileSource } = await import('../../src/kube/file-source.js');
+const { uninstallDatapath } = await import('../../src/loader/datapath.js');
+const { removeCapture } = await import('../../src/fallback-iptables/apply.js');
+const { configOf } = await import('../../src/agent/state-store.js');
+type Agent = Awaited<ReturnType<typeof startAgent>>;
 
-const id = `${process.pid}`;
+const lab = new Lab('mcrc', String(process.pid));
+const stopOnSignals = cleanupOnSignals(() => lab.close(), (msg) => process.stderr.write(`bench:reconcile: ${msg}\n`));
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-bench-reconcile-'));
-const pinRoot = `/sys/fs/bpf/meshcap-bench-${id}`;
-const made = [];
-let agent;
-async function cleanup() {
+lab.add(`temp dir ${tmp}`, () => rmSync(tmp, { recursive: true, force: true }));
+const pinRoot = `/sys/fs/bpf/meshcap-bench-${process.pid}`;
+lab.add(`datapath ${pinRoot}`, () => uninstallDatapath(pinRoot));
+let agent: Agent | undefined;
+lab.add('agent', async () => {
   await agent?.close().catch(() => undefined);
   agent = undefined;
-  try { uninstallDatapath(pinRoot); } catch { /* not loaded */ }
-  for (const ns of made.splice(0)) {
-    try { execFileSync('ip', ['netns', 'del', ns], { stdio: 'ignore' }); } catch { /* gone */ }
-  }
-  rmSync(tmp, { recursive: true, force: true });
-}
-process.once('SIGINT', () => { void cleanup().finally(() => process.exit(130)); });
+});
 
 const logger = pino({ level: 'silent' });
 const maxPods = Math.max(...SIZES);
-const podName = (i) => `rc-${i}`;
+const podName = (i: number) => `rc-${i}`;
 const podsFile = path.join(tmp, 'pods.yaml');
 writeFileSync(podsFile, Array.from({ length: maxPods }, (_, i) => stringify({
   apiVersion: 'v1', kind: 'Pod',
@@ -72,7 +68,7 @@ writeFileSync(podsFile, Array.from({ length: maxPods }, (_, i) => stringify({
   spec: { containers: [{ name: 'app', image: 'app' }, { name: 'istio-proxy', image: 'proxyv2' }] },
 })).join('---\n'));
 
-const start = (mode, stateDir) => startAgent({
+const start = (mode: 'ebpf' | 'iptables', stateDir: string) => startAgent({
   socketPath: path.join(tmp, `cni-${mode}.sock`),
   pinRoot, mode, stateDir,
   podSource: new FileSource({ path: podsFile, logger }),
@@ -80,14 +76,12 @@ const start = (mode, stateDir) => startAgent({
 });
 
 const t = () => performance.now();
-const results = [];
+const results: { mode: string; pods: number; startToReadyMs: number; reconcileMs: number; perPodMs: number; steadySelfCheckMs: number }[] = [];
 try {
   process.stderr.write(`creating ${maxPods} network namespaces...\n`);
-  for (let i = 0; i < maxPods; i++) {
-    const name = `mcrc-${id}-${i}`;
-    execFileSync('ip', ['netns', 'add', name]);
-    made.push(name);
-  }
+  // Only `ip netns add`: the agent needs the namespaces to exist, nothing inside them.
+  const netns: string[] = [];
+  for (let i = 0; i < maxPods; i++) netns.push((await lab.netns(String(i), { lo: false })).path);
   const progress = createStepProgress({ name: 'bench:reconcile', total: MODES.length * SIZES.length });
   for (const mode of MODES) {
     for (const n of SIZES) {
@@ -96,7 +90,7 @@ try {
       agent = await start(mode, stateDir);
       for (let i = 0; i < n; i++) {
         await agent.handlers.add({
-          command: 'ADD', containerId: `c${i}`, netns: `/var/run/netns/${made[i]}`, ifname: 'eth0', args: {},
+          command: 'ADD', containerId: `c${i}`, netns: netns[i]!, ifname: 'eth0', args: {},
           podNamespace: 'default', podName: podName(i), cniVersion: '1.1.0',
           config: { cniVersion: '1.1.0', name: 'bench', type: 'meshcap-cni', prevResult: { cniVersion: '1.1.0', ips: [{ address: `198.18.${(i >> 8) & 255}.${(i & 255) || 1}/32` }] } },
         });
@@ -127,6 +121,11 @@ try {
   }
   progress.done();
   if (opt.json) writeFileSync(opt.json, JSON.stringify({ date: new Date().toISOString(), kernel: os.release(), cpus: os.cpus().length, results }, null, 1) + '\n');
+} catch (e) {
+  console.error(`bench-reconcile: ${(e as Error).message}`);
+  process.exitCode = 1;
 } finally {
-  await cleanup();
+  const steps = await lab.close();
+  for (const s of steps.filter((x) => x.error)) console.error(`bench-reconcile: cleanup: ${s.label}: ${s.error}`);
+  stopOnSignals();
 }

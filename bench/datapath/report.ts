@@ -1,0 +1,163 @@
+// What a run reports: medians per (leg, test, mode) and per-round paired
+// ratios to direct, iptables and noproxy; the table on stdout; the machine
+// and what else ran on it, for the JSON.
+import { execFileSync } from 'node:child_process';
+import os from 'node:os';
+import { LEGS, TESTS, type Leg, type Mode, type TestName } from './matrix.js';
+import type { RoundResult } from './run.js';
+
+export interface Ratio {
+  median: number;
+  min: number;
+  max: number;
+}
+
+export interface Summary {
+  leg: Leg;
+  testName: TestName;
+  mode: Mode;
+  test: string;
+  size: number;
+  rounds: number;
+  unit: 'Gbit/s' | 'ops/s';
+  rate: number;
+  rateMin: number;
+  rateMax: number;
+  p50us: number;
+  p99us: number;
+  vsDirect: Ratio | null;
+  vsIptables: Ratio | null;
+  vsNoproxy: Ratio | null;
+}
+
+/** The bench's JSON (docs/data/bench-datapath*.json). */
+export interface BenchData {
+  startedAt: string;
+  finishedAt: string;
+  durationS: number;
+  machine: Machine;
+  options: { rounds: number; seconds: number; warmup: number; tests: TestName[]; legs: Leg[]; modes: Mode[]; cpus: { app: string; proxy: string; server: string } };
+  otherTests: { atStart: number; atEnd: number };
+  foreignCgroupPrograms: number | null;
+  paths: { leg: Leg; mode: Mode; target: string; tcpSegsPerExchange: number | undefined }[];
+  summary: Summary[];
+  results: RoundResult[];
+  profile: unknown[] | null;
+}
+
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
+
+const rate = (r: RoundResult): number => (r.test === 'stream' ? r.gbitPerSec ?? 0 : r.opsPerSec);
+
+export function summarize(results: RoundResult[]): Summary[] {
+  const key = (r: { leg: string; testName: string; mode: string }) => `${r.leg}/${r.testName}/${r.mode}`;
+  const byKey = new Map<string, RoundResult[]>();
+  for (const r of results) {
+    const l = byKey.get(key(r)) ?? [];
+    l.push(r);
+    byKey.set(key(r), l);
+  }
+  const out: Summary[] = [];
+  for (const rs of byKey.values()) {
+    const first = rs[0]!;
+    const rates = rs.map(rate);
+    const ratio = (ref: Mode): Ratio | null => {
+      const refs = byKey.get(key({ ...first, mode: ref }));
+      if (!refs) return null;
+      const paired = rs.flatMap((r) => {
+        const o = refs.find((x) => x.round === r.round);
+        return o ? [rate(r) / rate(o)] : [];
+      });
+      return paired.length ? { median: median(paired), min: Math.min(...paired), max: Math.max(...paired) } : null;
+    };
+    out.push({
+      leg: first.leg, testName: first.testName, mode: first.mode, test: first.test, size: first.size, rounds: rs.length,
+      unit: first.test === 'stream' ? 'Gbit/s' : 'ops/s',
+      rate: median(rates), rateMin: Math.min(...rates), rateMax: Math.max(...rates),
+      p50us: median(rs.map((r) => r.p50us)), p99us: median(rs.map((r) => r.p99us)),
+      vsDirect: ratio('direct'), vsIptables: ratio('iptables'), vsNoproxy: ratio('noproxy'),
+    });
+  }
+  return out;
+}
+
+export function table(summary: Summary[], legs: Leg[], tests: TestName[], modes: Mode[]): string {
+  const lines: string[] = [];
+  const f = (x: number | null | undefined, d = 0) => (x === null || x === undefined ? '-' : x.toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d }));
+  const r = (x: Ratio | null) => (x ? `${x.median.toFixed(2)}×` : '-');
+  for (const leg of legs) {
+    lines.push('', `== ${LEGS[leg]}`);
+    for (const t of tests) {
+      const rows = modes.flatMap((m) => summary.filter((s) => s.leg === leg && s.testName === t && s.mode === m));
+      if (!rows.length) continue;
+      const stream = rows[0]!.test === 'stream';
+      lines.push(`-- ${TESTS[t].label}`);
+      lines.push(`${'mode'.padEnd(12)} ${(stream ? 'Gbit/s' : 'ops/s').padStart(9)} ${'spread'.padStart(7)} ${'p50 µs'.padStart(8)} ${'p99 µs'.padStart(8)} ${'×direct'.padStart(8)} ${'×iptables'.padStart(9)}`);
+      for (const s of rows) {
+        const spread = s.rate ? `±${(((s.rateMax - s.rateMin) / 2 / s.rate) * 100).toFixed(1)}%` : '-';
+        lines.push([
+          s.mode.padEnd(12),
+          (stream ? f(s.rate, 2) : f(s.rate)).padStart(9),
+          spread.padStart(7),
+          (stream ? '-' : f(s.p50us, 1)).padStart(8),
+          (stream ? '-' : f(s.p99us, 1)).padStart(8),
+          r(s.vsDirect).padStart(8),
+          r(s.vsIptables).padStart(9),
+        ].join(' '));
+      }
+    }
+  }
+  return lines.join('\n');
+}
+
+export interface Machine {
+  cpu: string;
+  cpus: number;
+  kernel: string;
+  node: string;
+  haproxy: string;
+  iptables: string;
+  virtualization: string;
+  memGiB: number;
+}
+
+export function machine(): Machine {
+  const sh = (c: string, a: string[]) => {
+    try {
+      return execFileSync(c, a, { encoding: 'utf8' }).trim();
+    } catch {
+      return '?';
+    }
+  };
+  return {
+    cpu: os.cpus()[0]?.model.trim() ?? '?', cpus: os.cpus().length, kernel: os.release(), node: process.version,
+    haproxy: (sh('haproxy', ['-v']).split('\n')[0] ?? '?').replace(/ - https?:.*$/, ''),
+    iptables: sh('iptables', ['--version']),
+    virtualization: sh('systemd-detect-virt', []),
+    memGiB: Math.round(os.totalmem() / 2 ** 30),
+  };
+}
+
+/** BPF programs attached at the cgroup v2 root right now (ours are not loaded yet when this is asked). */
+export function cgroupRootPrograms(): number | null {
+  try {
+    const cg = execFileSync('findmnt', ['-n', '-t', 'cgroup2', '-o', 'TARGET'], { encoding: 'utf8' }).trim().split('\n')[0] ?? '';
+    const out = execFileSync('bpftool', ['-j', 'cgroup', 'show', cg], { encoding: 'utf8' });
+    return (JSON.parse(out || '[]') as unknown[]).length;
+  } catch {
+    return null;
+  }
+}
+
+/** vitest processes on the machine: numbers taken next to them are disturbed. */
+export function otherTests(): number {
+  try {
+    return execFileSync('pgrep', ['-f', 'vitest'], { encoding: 'utf8' }).trim().split('\n').filter(Boolean).length;
+  } catch {
+    return 0;
+  }
+}
