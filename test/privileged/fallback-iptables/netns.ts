@@ -1,6 +1,7 @@
 // Test helpers: throwaway network namespaces and host-state snapshots.
 import { randomBytes } from 'node:crypto';
 import { execa } from 'execa';
+import { addNetns, delNetns } from '../../../src/lab/index.js';
 
 export async function sh(cmd: string, args: string[], input?: string): Promise<string> {
   const r = await execa(cmd, args, { input, reject: false });
@@ -10,13 +11,11 @@ export async function sh(cmd: string, args: string[], input?: string): Promise<s
 
 export async function makeNetns(prefix: string): Promise<{ name: string; path: string }> {
   const name = `${prefix}-${process.pid}-${randomBytes(3).toString('hex')}`;
-  await sh('ip', ['netns', 'add', name]);
-  await sh('ip', ['-n', name, 'link', 'set', 'lo', 'up']);
-  return { name, path: `/var/run/netns/${name}` };
+  return { name, path: await addNetns(name) };
 }
 
 export async function deleteNetns(name: string): Promise<void> {
-  await execa('ip', ['netns', 'del', name], { reject: false });
+  await delNetns(name).catch(() => undefined);
 }
 
 export async function inNs(name: string, cmd: string, args: string[]): Promise<string> {

@@ -10,6 +10,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { addNetns, delNetns } from '../../../src/lab/index.js';
 import { findCgroup2 } from '../../../src/loader/mounts.js';
 
 const fixtureDir = fileURLToPath(new URL('../../fixtures/bpf/', import.meta.url));
@@ -71,12 +72,11 @@ export function removeCgroup(cg: string | undefined): void {
 
 export async function makeNetns(): Promise<{ name: string; path: string }> {
   const name = uniq();
-  await execa('ip', ['netns', 'add', name]);
-  return { name, path: `/var/run/netns/${name}` };
+  return { name, path: await addNetns(name, { lo: false }) };
 }
 
 export async function removeNetns(name: string | undefined): Promise<void> {
-  if (name) await execa('ip', ['netns', 'del', name], { reject: false });
+  if (name) await delNetns(name).catch(() => undefined);
 }
 
 /** A loopback TCP listener that accepts and closes; call close() when done. */
