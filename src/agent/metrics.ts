@@ -63,38 +63,62 @@ export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | nu
     },
   });
   /** Each recorded eBPF pod's mc_stats counters, read at scrape time. */
-  function* podCounts(): Generator<{ rec: AttachmentRecord; cookie: bigint; counts: Record<Direction, number> }> {
+  function* podCounts(): Generator<{ rec: AttachmentRecord; cookie: bigint; counts: Record<Direction | 'origdst', number> }> {
     const ebpf = ebpfNow();
     if (!ebpf) return;
     for (const rec of store.list()) {
       const cookie = cookieOf(rec);
       if (rec.mode !== 'ebpf' || cookie === null) continue;
       const s = ebpf.stats(cookie);
-      if (s) yield { rec, cookie, counts: { outbound: Number(s.outbound), inbound: Number(s.inbound), own_pod: Number(s.own_pod), dns: Number(s.dns) } };
+      if (s) yield { rec, cookie, counts: { outbound: Number(s.outbound), inbound: Number(s.inbound), own_pod: Number(s.own_pod), dns: Number(s.dns), origdst: Number(s.origdst) } };
     }
   }
   // The node's total: the sum of every pod's mc_stats counters, kept monotonic
   // across pods that go away (their last count stays in the total) and
   // counters that restart (a pod re-registered with fresh stats).
-  const lastSeen = new Map<string, Record<Direction, number>>();
-  const nodeTotal: Record<Direction, number> = { outbound: 0, inbound: 0, own_pod: 0, dns: 0 };
+  const COUNTED = [...DIRECTIONS, 'origdst'] as const;
+  const lastSeen = new Map<string, Record<(typeof COUNTED)[number], number>>();
+  const nodeTotal: Record<(typeof COUNTED)[number], number> = { outbound: 0, inbound: 0, own_pod: 0, dns: 0, origdst: 0 };
+  // one walk of the pods per scrape serves both counters below
+  let refreshed = false;
+  const refreshTotals = () => {
+    if (refreshed) return;
+    refreshed = true;
+    setImmediate(() => { refreshed = false; });
+    const seen = new Set<string>();
+    for (const { cookie, counts: now } of podCounts()) {
+      const key = String(cookie);
+      seen.add(key);
+      const before = lastSeen.get(key);
+      for (const d of COUNTED) nodeTotal[d] += before && now[d] >= before[d] ? now[d] - before[d] : now[d];
+      lastSeen.set(key, now);
+    }
+    for (const k of [...lastSeen.keys()]) if (!seen.has(k)) lastSeen.delete(k);
+  };
   new Counter({
     name: 'meshcap_redirected_connections_total',
     help: 'Connections the eBPF datapath redirected on this node, by direction (the sum over its pods, read from the pinned mc_stats map)',
     labelNames: ['direction'] as const,
     registers: [registry],
     collect() {
-      const seen = new Set<string>();
-      for (const { cookie, counts: now } of podCounts()) {
-        const key = String(cookie);
-        seen.add(key);
-        const before = lastSeen.get(key);
-        for (const d of DIRECTIONS) nodeTotal[d] += before && now[d] >= before[d] ? now[d] - before[d] : now[d];
-        lastSeen.set(key, now);
-      }
-      for (const k of [...lastSeen.keys()]) if (!seen.has(k)) lastSeen.delete(k);
+      refreshTotals();
       this.reset();
       for (const d of DIRECTIONS) this.inc({ direction: d }, nodeTotal[d]);
+    },
+  });
+  // A redirected TCP connection whose proxy never got its original
+  // destination (the in-flight entry evicted from the mc_origdst LRU, or the
+  // connection gone before the proxy asked) shows as redirected
+  // outbound+own_pod growing faster than this: the proxy's SO_ORIGINAL_DST
+  // then fails (the kernel's own answer), it is never given a wrong one.
+  new Counter({
+    name: 'meshcap_original_dst_answered_total',
+    help: 'SO_ORIGINAL_DST answers the eBPF datapath gave the proxies on this node (read from mc_stats); compare with meshcap_redirected_connections_total',
+    registers: [registry],
+    collect() {
+      refreshTotals();
+      this.reset();
+      this.inc(nodeTotal.origdst);
     },
   });
   if (opts.perPod) new Counter({

@@ -1,0 +1,195 @@
+// The in-flight LRU maps under a connection storm (issue 15, part 7; figures
+// in docs/reliability.md). A connect redirected to the sidecar carries its
+// original destination through two LRU maps (mc_sockorig: socket cookie,
+// connect -> TCP_CONNECT_CB; mc_origdst: tuple, -> the proxy's
+// PASSIVE_ESTABLISHED_CB), 262,144 entries each, and then in the accepted
+// socket's own storage. LRU maps never refuse an insert: when full they
+// evict. One meshed pod, the app and a C sidecar (test/faults/fixtures/
+// mc-storm.c, as uid 1337) that checks every accepted connection's
+// SO_ORIGINAL_DST against the address the app dialled:
+//  1. a 5 s storm, as many connects/s as this machine makes (2 threads);
+//  2. the same with both maps first filled to max_entries with stale
+//     entries (what connections that never completed leave behind);
+//  3. entries lost in flight (what an eviction does), made deterministic:
+//     the sidecar stopped (backlog 1) so handshakes wait with their entry in
+//     mc_origdst, the entries deleted, the sidecar resumed.
+// Required: no connection is given a wrong original destination; a lost
+// one fails at the proxy (the kernel's own SO_ORIGINAL_DST error) and is
+// reset, and the metrics show it: meshcap_redirected_connections_total
+// {direction="outbound"} grows by that many more than
+// meshcap_original_dst_answered_total.
+import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { execa } from 'execa';
+import { stringify } from 'yaml';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { pinLayout } from '../../src/loader/manifest.js';
+import { MAP, mcOrig, mcTuple } from '../../src/maps/layout.js';
+import * as bpf from '../../src/native/addon.js';
+import { netnsCookie } from '../../src/pod-netns.js';
+import { projectRoot } from '../../src/paths.js';
+import { AgentProcess, endAgentRun } from '../helpers/agent-process.js';
+import { podBesideServer } from '../helpers/agent-fixture.js';
+import { describeEbpf } from '../helpers/datapaths.js';
+import { Lab, scaled, testPinRoot, type NsAgent } from '../helpers/lab.js';
+import { istioPod } from '../helpers/pods.js';
+import { cni, requireCniBinary } from '../privileged/agent/cni-harness.js';
+
+const POD_IP = '198.18.95.1';
+const SRV = '198.18.95.2';
+const SECONDS = 5;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+interface StormResult { connections: number; ok: number; misrouted: number; reset: number; connectErrors: number; firstErrno: string; perSecond: number }
+interface SidecarStats { accepted: number; origdstOk: number; misrouted: number; origdstFailed: number }
+
+async function metric(addr: string, line: string): Promise<number> {
+  const text = await (await fetch(`http://${addr}/metrics`)).text();
+  const l = text.split('\n').find((x) => x.startsWith(`${line} `));
+  if (!l) throw new Error(`no ${line} in the agent's /metrics`);
+  return Number(l.slice(l.lastIndexOf(' ') + 1));
+}
+
+function withMap<T>(pinRoot: string, name: string, fn: (fd: number, info: bpf.KernelMapInfo) => T): T {
+  const fd = bpf.objGet(path.join(pinLayout(pinRoot).maps, name));
+  try {
+    return fn(fd, bpf.mapInfo(fd));
+  } finally {
+    bpf.closeFd(fd);
+  }
+}
+
+describeEbpf('the in-flight LRU maps under a connection storm through one pod', () => {
+  const lab = new Lab();
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-storm-'));
+  const metricsAddr = `127.0.0.1:${20000 + Math.floor(Math.random() * 20000)}`;
+  const opts = {
+    pods: path.join(tmp, 'pods.yaml'), socket: path.join(tmp, 'cni.sock'), pinRoot: testPinRoot(), stateDir: path.join(tmp, 'state'),
+    mode: 'ebpf' as const, extraArgs: ['--metrics-addr', metricsAddr],
+  };
+  const bin = path.join(tmp, 'mc-storm');
+  let agent: AgentProcess | undefined;
+  let pod: { name: string; path: string };
+  let app: NsAgent;
+  let cookie: bigint;
+
+  const sidecar = async (args: string[] = []) => {
+    const s = lab.spawn(pod.name, [bin, 'sidecar', '--port', '15001', '--expect', `${SRV}:80`, ...args], { uid: 1337, until: /"ready"/ });
+    await s.ready;
+    return {
+      pid: s.proc.pid!,
+      async stop(): Promise<SidecarStats> {
+        s.proc.kill('SIGTERM');
+        await s.proc;
+        const line = s.lines.find((l) => l.includes('"stats"'));
+        if (!line) throw new Error(`mc-storm sidecar printed no stats: ${s.stderr()}`);
+        return JSON.parse(line) as SidecarStats;
+      },
+    };
+  };
+  const storm = async (): Promise<StormResult> => {
+    const r = await execa('ip', ['netns', 'exec', pod.name, bin, 'client', '--host', SRV, '--port', '80', '--seconds', String(SECONDS), '--threads', '2']);
+    return JSON.parse(r.stdout) as StormResult;
+  };
+  const counters = async () => ({
+    redirected: await metric(metricsAddr, 'meshcap_redirected_connections_total{direction="outbound"}'),
+    answered: await metric(metricsAddr, 'meshcap_original_dst_answered_total'),
+  });
+  const entries = (name: string) => withMap(opts.pinRoot, name, (fd, info) => bpf.mapKeys(fd, info.keySize));
+
+  beforeAll(async () => {
+    requireCniBinary();
+    chmodSync(tmp, 0o755); // the sidecar runs as uid 1337
+    await execa('cc', ['-O2', '-Wall', '-pthread', '-o', bin, path.join(projectRoot, 'test/faults/fixtures/mc-storm.c')]);
+    writeFileSync(opts.pods, stringify(istioPod({ name: 'storm' })));
+    agent = await AgentProcess.start(opts);
+    ({ pod, app } = await podBesideServer(lab, 'storm', { a4: [`${POD_IP}/24`], b4: [`${SRV}/24`] }, []));
+    const add = await cni('ADD', { socket: opts.socket, containerId: 'c-storm', netns: pod.path, pod: 'storm', podAddress: `${POD_IP}/24` });
+    expect(add.exitCode, add.stdout).toBe(0);
+    cookie = await netnsCookie(pod.path);
+  }, scaled(120_000));
+
+  afterAll(() => endAgentRun({ agent, lab, pinRoot: opts.pinRoot, tmp }));
+
+  it(`a ${SECONDS} s storm: every connection reaches the sidecar with its own original destination`, async () => {
+    const sc = await sidecar();
+    const before = await counters();
+    const r = await storm();
+    const s = await sc.stop();
+    const after = await counters();
+    console.log(`[ebpf] storm ${SECONDS} s, 2 threads, empty LRU: ${r.connections} connections (${r.perSecond}/s), ${r.ok} ok, ${r.misrouted} misrouted, ${r.reset} reset, ` +
+      `${r.connectErrors} connect errors ${r.firstErrno}; sidecar: ${JSON.stringify(s)}; redirected +${after.redirected - before.redirected}, answered +${after.answered - before.answered}; ` +
+      `left in ${MAP.origdst}: ${entries(MAP.origdst).length}, ${MAP.sockorig}: ${entries(MAP.sockorig).length}`);
+    expect(r.connections).toBeGreaterThan(1000);
+    expect(r.misrouted + s.misrouted).toBe(0);
+    expect(r.reset + r.connectErrors + s.origdstFailed).toBe(0);
+    expect(r.ok).toBe(r.connections);
+    expect(after.redirected - before.redirected - (after.answered - before.answered)).toBe(0);
+  }, scaled(120_000));
+
+  it('the same storm with both LRU maps full of stale entries: the stale ones are evicted, not the live ones', async () => {
+    // stale: the tuples and cookies of a netns that is not there
+    const stale = mcOrig.encode({ addr: Buffer.alloc(16, 0xee), port: 9, family: 4, kind: 1, netns: 1n << 62n });
+    for (const [name, keyOf] of [
+      [MAP.origdst, (i: number) => mcTuple.encode({ netns: 1n << 62n, laddr: Buffer.alloc(16, i >> 16), raddr: Buffer.alloc(16, (i >> 8) & 255), lport: i & 65535, rport: 1 })],
+      [MAP.sockorig, (i: number) => { const b = Buffer.alloc(8); b.writeBigUInt64LE((1n << 62n) + BigInt(i)); return b; }],
+    ] as const) {
+      withMap(opts.pinRoot, name, (fd, info) => {
+        for (let i = 0; i < info.maxEntries; i += 16384) {
+          const keys = Array.from({ length: Math.min(16384, info.maxEntries - i) }, (_, j) => keyOf(i + j));
+          bpf.mapUpdateBatch(fd, keys, keys.map(() => stale));
+        }
+      });
+    }
+    const full = { origdst: entries(MAP.origdst).length, sockorig: entries(MAP.sockorig).length };
+    const sc = await sidecar();
+    const before = await counters();
+    const r = await storm();
+    const s = await sc.stop();
+    const after = await counters();
+    const left = entries(MAP.origdst).length;
+    console.log(`[ebpf] storm ${SECONDS} s with ${MAP.origdst} ${full.origdst} and ${MAP.sockorig} ${full.sockorig} stale entries (max_entries ${withMap(opts.pinRoot, MAP.origdst, (_fd, i) => i.maxEntries)}): ` +
+      `${r.connections} connections (${r.perSecond}/s), ${r.ok} ok, ${r.misrouted} misrouted, ${r.reset} reset, ${r.connectErrors} connect errors; sidecar: ${JSON.stringify(s)}; ` +
+      `redirected +${after.redirected - before.redirected}, answered +${after.answered - before.answered}; ${MAP.origdst} entries after: ${left}`);
+    expect(full.origdst, 'filled').toBeGreaterThan(200_000);
+    expect(r.misrouted + s.misrouted).toBe(0);
+    expect(r.reset + r.connectErrors + s.origdstFailed).toBe(0);
+    expect(after.redirected - before.redirected - (after.answered - before.answered)).toBe(0);
+    for (const name of [MAP.origdst, MAP.sockorig]) {
+      withMap(opts.pinRoot, name, (fd, info) => bpf.mapDeleteBatch(fd, bpf.mapKeys(fd, info.keySize)));
+    }
+  }, scaled(300_000));
+
+  it('original destinations lost in flight (as an eviction loses them): each such connection fails at the proxy, none is misrouted, the metrics show how many', async () => {
+    const N = 40;
+    const sc = await sidecar(['--backlog', '1']);
+    process.kill(sc.pid, 'SIGSTOP');
+    const before = await counters();
+    const conns = Array.from({ length: N }, (_, i) => app.connect(SRV, 80, '', undefined).then((r) => ({ i, data: r.data, error: '' }), (e: Error) => ({ i, data: '', error: e.message })));
+    await sleep(1000);
+    // handshakes waiting for the stopped sidecar's full accept queue still have their entry in mc_origdst
+    let lost = 0;
+    withMap(opts.pinRoot, MAP.origdst, (fd, info) => {
+      for (const k of bpf.mapKeys(fd, info.keySize)) if (k.readBigUInt64LE(0) === cookie && bpf.mapDelete(fd, k)) lost++;
+    });
+    process.kill(sc.pid, 'SIGCONT');
+    const results = await Promise.all(conns);
+    await sleep(500);
+    const s = await sc.stop();
+    const after = await counters();
+    const ok = results.filter((r) => r.data === 'k').length;
+    const misrouted = results.filter((r) => r.data === 'm').length;
+    const failed = results.filter((r) => r.data !== 'k' && r.data !== 'm');
+    const unanswered = after.redirected - before.redirected - (after.answered - before.answered);
+    console.log(`[ebpf] ${N} connects to a stopped sidecar (backlog 1), ${lost} in-flight ${MAP.origdst} entries removed: ${ok} ok, ${misrouted} misrouted, ${failed.length} failed ` +
+      `(${[...new Set(failed.map((f) => f.error || `data '${f.data}'`))].join(', ')}); sidecar: ${JSON.stringify(s)}; metrics: redirected +${after.redirected - before.redirected}, ` +
+      `answered +${after.answered - before.answered}, unanswered ${unanswered}`);
+    expect(lost, 'some handshakes were waiting with their entry in the map').toBeGreaterThan(0);
+    expect(misrouted + s.misrouted, 'never a wrong original destination').toBe(0);
+    expect(s.origdstFailed, 'each lost entry: SO_ORIGINAL_DST fails at the proxy').toBe(lost);
+    expect(failed.length, 'and the app sees that connection fail').toBe(lost);
+    expect(ok).toBe(N - lost);
+    expect(unanswered, 'meshcap_redirected_connections_total - meshcap_original_dst_answered_total').toBe(lost);
+  }, scaled(120_000));
+});
