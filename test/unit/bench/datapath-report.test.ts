@@ -1,0 +1,32 @@
+// The datapath bench's pure parts (bench/datapath/report.ts) and its runner:
+// bench/lib/ts.mjs must keep running the TypeScript drivers from source, as
+// `npm run bench:datapath` and `bench:reconcile` do.
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { execa } from 'execa';
+import { describe, expect, it } from 'vitest';
+import { summarize, table } from '../../../bench/datapath/report.js';
+import type { RoundResult } from '../../../bench/datapath/run.js';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+
+const r = (round: number, mode: RoundResult['mode'], opsPerSec: number): RoundResult => ({
+  round, leg: 'echo', mode, testName: 'rr1', test: 'rr', size: 1, ops: opsPerSec, opsPerSec, connects: 1, p50us: 10, p99us: 20,
+});
+
+describe('bench:datapath report', () => {
+  it('rates are medians over rounds; ratios are medians of per-round paired ratios', () => {
+    const s = summarize([r(0, 'iptables', 100), r(0, 'ebpf', 120), r(1, 'iptables', 50), r(1, 'ebpf', 75), r(2, 'iptables', 100), r(2, 'ebpf', 110)]);
+    const ebpf = s.find((x) => x.mode === 'ebpf')!;
+    expect(ebpf.rate).toBe(110);
+    expect(ebpf.vsIptables).toEqual({ median: 1.2, min: 1.1, max: 1.5 });
+    expect(ebpf.vsDirect).toBeNull();
+    expect(table(s, ['echo'], ['rr1'], ['iptables', 'ebpf'])).toMatch(/ebpf\s+110\s+±/);
+  });
+
+  it('the drivers run from source through bench/lib/ts.mjs (options are checked before anything is made)', async () => {
+    const p = await execa(process.execPath, ['--import', './bench/lib/ts.mjs', 'bench/datapath/main.ts', '--tests', 'nope'], { cwd: root, reject: false });
+    expect(p.exitCode).toBe(1);
+    expect(p.stderr).toMatch(/unknown test nope: choose from rr1, rr100, crr, stream/);
+  }, 20_000);
+});
