@@ -18,6 +18,8 @@ export interface AgentProcessOptions {
   extraArgs?: string[];
   /** SIGUSR2 makes the agent collect garbage (gc-on-signal.cjs; for RSS figures). */
   gcOnSignal?: boolean;
+  /** node options before the script, e.g. a test-only --require preload */
+  nodeArgs?: string[];
 }
 
 export interface ProcFigures {
@@ -37,6 +39,7 @@ export class AgentProcess {
   static async start(o: AgentProcessOptions): Promise<AgentProcess> {
     const args = [
       ...(o.gcOnSignal ? ['--expose-gc', '--require', path.join(projectRoot, 'test/helpers/gc-on-signal.cjs')] : []),
+      ...(o.nodeArgs ?? []),
       path.join(projectRoot, 'bin/meshcap'), 'agent', '--standalone', '--pods', o.pods, '--socket', o.socket,
       '--pin-root', o.pinRoot, '--state-dir', o.stateDir, '--mode', o.mode, '--pod-wait-ms', String(o.podWaitMs ?? 500),
       '--self-check-interval', '0', '--exclude-namespaces', (o.excludeNamespaces ?? ['kube-system']).join(','), '--log-level', 'info',
