@@ -4,15 +4,23 @@
 // (its own process, standalone, pods file), for a meshed Istio pod whose
 // netns this script made, in eBPF mode and in iptables mode, sequential and
 // 16-way concurrent. Also an unmeshed pod (forwarder + agent round trip, no
-// datapath write) as the floor. Needs root, `npm run build` (dist/, the addon,
-// the BPF objects) and build/bin/meshcap-cni.
+// datapath write) as the floor. Beside them, the same pods through the real
+// istio-cni plugin (build/istio/istio-cni, `npm run build:peers`), chained
+// the same way, reading each pod from a real kube-apiserver
+// (test/helpers/k8s-control-plane.ts, build/k8s/bin) and applying its rules in
+// the pod's netns (docs/bench-cni.md says what each column measures). DEL is
+// timed too. Needs root, `npm run build` (dist/, the addon, the BPF objects)
+// and build/bin/meshcap-cni.
 //
-//   node scripts/bench-cni.mjs [--pods 200] [--concurrency 16] [--modes ebpf,iptables] [--json FILE]
+//   node scripts/bench-cni.mjs [--pods 200] [--concurrency 16] [--modes ebpf,iptables,istio-cni] [--json FILE]
 //
-// Everything it makes (netns, pins, state, socket) is removed at the end,
-// also on Ctrl-C. Pods have no links: no traffic leaves any namespace.
+// Everything it makes (netns, pins, state, socket, the control plane) is
+// removed at the end, also on Ctrl-C. Each pod netns has a veth pair (both
+// ends inside it) with the pod's address (istio-cni reads it to decide IPv6): no traffic leaves
+// any namespace.
 import { createStepProgress } from './lib/progress.mjs';
 import { execFileSync, spawn } from 'node:child_process';
+import { register } from 'node:module';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -22,12 +30,13 @@ import { fileURLToPath } from 'node:url';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const CNI = path.join(root, 'build/bin/meshcap-cni');
 const MESHCAP = path.join(root, 'bin/meshcap');
+const ISTIO_CNI = path.join(root, 'build/istio/istio-cni');
 
 const { values: opt } = parseArgs({
   options: {
     pods: { type: 'string', default: '200' },
     concurrency: { type: 'string', default: '16' },
-    modes: { type: 'string', default: 'ebpf,iptables' },
+    modes: { type: 'string', default: 'ebpf,iptables,istio-cni' },
     json: { type: 'string' },
   },
 });
@@ -36,16 +45,21 @@ const CONC = Number(opt.concurrency);
 const MODES = opt.modes.split(',');
 if (!(N >= 1 && CONC >= 1)) throw new Error('--pods and --concurrency must be positive');
 if (process.getuid?.() !== 0) throw new Error('run as root: the bench makes network namespaces and loads BPF programs');
+for (const m of MODES) if (!['ebpf', 'iptables', 'istio-cni'].includes(m)) throw new Error(`--modes: unknown mode ${m} (ebpf, iptables, istio-cni)`);
 for (const f of [CNI, path.join(root, 'dist/cli/main.js')]) if (!existsSync(f)) throw new Error(`${f} is missing: npm run build`);
+if (MODES.includes('istio-cni') && !existsSync(ISTIO_CNI)) throw new Error(`${ISTIO_CNI} is missing: npm run build:peers (or leave istio-cni out of --modes)`);
 
 const id = `${process.pid}`;
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-bench-'));
 const netns = [];
 let agent;
 let pinRoot;
+let controlPlane;
 
 function cleanup() {
   if (agent && agent.exitCode === null) agent.kill('SIGKILL');
+  // the control plane's own exit hooks kill etcd and kube-apiserver and remove its dir
+  controlPlane?.stop().catch(() => undefined);
   for (const ns of netns.splice(0)) {
     try { execFileSync('ip', ['netns', 'del', ns], { stdio: 'ignore' }); } catch { /* gone */ }
   }
@@ -68,10 +82,10 @@ ${meshed ? "  annotations:\n    sidecar.istio.io/status: '{\"containers\":[\"ist
 ${meshed ? '  - {name: istio-proxy, image: proxyv2}\n' : ''}`;
 
 /** One plugin run, timed from spawn to exit. */
-function runCni(env, stdin) {
+function runCni(env, stdin, bin = CNI) {
   return new Promise((resolve, reject) => {
     const t0 = process.hrtime.bigint();
-    const p = spawn(CNI, [], { env, stdio: ['pipe', 'pipe', 'ignore'] });
+    const p = spawn(bin, [], { env, stdio: ['pipe', 'pipe', 'ignore'] });
     let out = '';
     p.stdout.on('data', (d) => { out += d; });
     p.on('error', reject);
@@ -94,10 +108,13 @@ function cniEnv(command, socket, i, pod, ns) {
   };
 }
 
+const podIP = (i) => `198.18.${100 + (i >> 8)}.${i & 255}`;
+const prevResult = (ns, i) => ({ cniVersion: '1.0.0', interfaces: [{ name: 'eth0', sandbox: ns }], ips: [{ address: `${podIP(i)}/16`, interface: 0 }] });
+
 function conf(socket, ns, i) {
   return JSON.stringify({
     cniVersion: '1.0.0', name: 'bench', type: 'meshcap-cni', agentSocket: socket, agentTimeoutMs: 30000,
-    prevResult: { cniVersion: '1.0.0', interfaces: [{ name: 'eth0', sandbox: ns }], ips: [{ address: `198.18.${100 + (i >> 8)}.${i & 255}/16`, interface: 0 }] },
+    prevResult: prevResult(ns, i),
   });
 }
 
@@ -164,10 +181,11 @@ async function benchMode(mode) {
     if (r.code !== 0) throw new Error(`ADD ${pod}-out (${mode}) failed: ${r.out}`);
     return r.ms;
   });
-  const del = (tag, suffix = '') => pool(names, 16, async (pod, i) => {
+  const del = (tag, suffix = '', width = 16) => pool(names, width, async (pod, i) => {
     pod += suffix;
     const r = await runCni(cniEnv('DEL', socket, `${tag}${i}`, pod, nss[i]), conf(socket, nss[i], i));
     if (r.code !== 0) throw new Error(`DEL ${pod} (${mode}) failed: ${r.out}`);
+    return r.ms;
   });
 
   // warm-up: first requests pay for JIT and lazy module loads in the agent
@@ -190,7 +208,8 @@ async function benchMode(mode) {
   await del('o', '-out');
   progress.step(`${mode}: ${N} ADDs, ${'meshed, sequential'}`);
   results.push({ mode, pod: 'meshed', concurrency: 1, ...(await timed(() => add(1, 's'))) });
-  await del('s');
+  progress.step(`${mode}: ${N} DELs, meshed, sequential`);
+  results.push({ mode, op: 'DEL', pod: 'meshed', concurrency: 1, ...(await timed(() => del('s', '', 1))) });
   progress.step(`${mode}: ${N} ADDs, ${`meshed, ${CONC} at once`}`);
   results.push({ mode, pod: 'meshed', concurrency: CONC, ...(await timed(() => add(CONC, 'c'))) });
   await del('c');
@@ -201,26 +220,122 @@ async function benchMode(mode) {
   pinRoot = undefined;
 }
 
+let controlPlaneMs;
+
+/**
+ * The real istio-cni plugin on the same pods: a chained plugin after the
+ * main one (the same prevResult), sidecar mode (ambient off), reading each
+ * pod from a real kube-apiserver through the kubeconfig in its run dir, as
+ * the istio-cni DaemonSet sets it up. Istio's DEL does nothing in sidecar
+ * mode, and its rules stay in the netns (a real pod's netns goes with the
+ * pod): they are flushed between rows, outside the timings.
+ */
+async function benchIstioCni() {
+  register(new URL('../bench/lib/ts-hooks.mjs', import.meta.url));
+  const { ControlPlane } = await import('../test/helpers/k8s-control-plane.ts');
+  const { CoreV1Api } = await import('@kubernetes/client-node');
+  const t0 = performance.now();
+  controlPlane = await ControlPlane.start();
+  controlPlaneMs = performance.now() - t0;
+  const runDir = path.join(tmp, 'istio-cni');
+  execFileSync('mkdir', ['-p', runDir]);
+  writeFileSync(path.join(runDir, 'istio-cni-kubeconfig'), JSON.stringify({
+    apiVersion: 'v1', kind: 'Config', 'current-context': 'bench',
+    clusters: [{ name: 'bench', cluster: { server: controlPlane.apiserverUrl, 'certificate-authority': controlPlane.caFile } }],
+    users: [{ name: 'bench', user: { 'client-certificate': path.join(controlPlane.pki, 'admin.crt'), 'client-key': path.join(controlPlane.pki, 'admin.key') } }],
+    contexts: [{ name: 'bench', context: { cluster: 'bench', user: 'bench' } }],
+  }));
+  const core = controlPlane.adminKubeConfig().makeApiClient(CoreV1Api);
+  await core.createNamespace({ body: { metadata: { name: 'bench' } } });
+  // no controller-manager here to make the namespace's default service account, which admission wants
+  await core.createNamespacedServiceAccount({ namespace: 'bench', body: { metadata: { name: 'default' } } });
+  const pod = (name, meshed, noInbound = false) => ({
+    metadata: {
+      name, namespace: 'bench',
+      annotations: {
+        ...(meshed ? { 'sidecar.istio.io/status': '{"containers":["istio-proxy"]}' } : {}),
+        ...(noInbound ? { 'traffic.sidecar.istio.io/includeInboundPorts': '' } : {}),
+      },
+    },
+    spec: { containers: [{ name: 'app', image: 'app' }, ...(meshed ? [{ name: 'istio-proxy', image: 'proxyv2' }] : [])] },
+  });
+  const names = Array.from({ length: N }, (_, i) => `pod-${i}`);
+  await pool([...names.map((n) => pod(n, true)), ...names.map((n) => pod(`${n}-out`, true, true)), pod('plain', false)], 8,
+    (body) => core.createNamespacedPod({ namespace: 'bench', body }));
+
+  const nss = names.map((_, i) => `/var/run/netns/mcbench-${id}-${i}`);
+  const istioConf = (i) => JSON.stringify({
+    cniVersion: '1.0.0', name: 'bench', type: 'istio-cni', plugin_log_level: 'info', cni_agent_run_dir: runDir,
+    ambient_enabled: false, exclude_namespaces: ['kube-system'], pod_namespace: 'istio-system', prevResult: prevResult(nss[i], i),
+  });
+  // istio-cni runs iptables-save/-restore: it needs a PATH (a runtime passes its own)
+  const env = (command, tag, name, i) => ({ ...cniEnv(command, '', tag, name, nss[i]), PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin' });
+  const run = async (command, tag, name, i) => {
+    const r = await runCni(env(command, tag, name, i), istioConf(i), ISTIO_CNI);
+    if (r.code !== 0) throw new Error(`istio-cni ${command} ${name} failed (exit ${r.code}): ${r.out}`);
+    return r.ms;
+  };
+  const flush = () => pool(netns, 8, (ns) => new Promise((resolve, reject) => {
+    const p = spawn('ip', ['netns', 'exec', ns, 'sh', '-c',
+      'for b in iptables-nft ip6tables-nft iptables-legacy ip6tables-legacy; do if $b-save 2>/dev/null | grep -q ISTIO; then printf \'*nat\\nCOMMIT\\n*mangle\\nCOMMIT\\n\' | $b-restore || exit 1; fi; done'], { stdio: 'ignore' });
+    p.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`flushing Istio's rules in ${ns} failed`))));
+  }));
+
+  // the ADDs must really program (or really skip): Istio's chains in the pod netns, or none
+  const istioChains = (ns) => execFileSync('ip', ['netns', 'exec', ns, 'sh', '-c', 'iptables-nft-save 2>/dev/null; iptables-legacy-save 2>/dev/null'], { encoding: 'utf8' })
+    .split('\n').filter((l) => l.startsWith('-A ISTIO_')).length;
+  const expectChains = (what, want) => {
+    const n = istioChains(netns.at(-1));
+    if (want ? n === 0 : n > 0) throw new Error(`istio-cni ${what}: ${n} ISTIO_ rules in ${netns.at(-1)}, expected ${want ? 'some' : 'none'}`);
+  };
+
+  for (let i = 0; i < 5; i++) await run('ADD', `w${i}`, 'plain', 0);
+  progress.step(`istio-cni: ${N} ADDs, unmeshed, sequential`);
+  results.push({ mode: 'istio-cni', pod: 'unmeshed', concurrency: 1, ...(await timed(() => pool(names, 1, (_, i) => run('ADD', `p${i}`, 'plain', i)))) });
+  progress.step(`istio-cni: ${N} ADDs, meshed outbound-only, sequential`);
+  expectChains('unmeshed ADD', false);
+  results.push({ mode: 'istio-cni', pod: 'meshed-out', concurrency: 1, ...(await timed(() => pool(names, 1, (n, i) => run('ADD', `o${i}`, `${n}-out`, i)))) });
+  expectChains('meshed ADD', true);
+  await flush();
+  progress.step(`istio-cni: ${N} ADDs, meshed, sequential`);
+  results.push({ mode: 'istio-cni', pod: 'meshed', concurrency: 1, ...(await timed(() => pool(names, 1, (n, i) => run('ADD', `s${i}`, n, i)))) });
+  progress.step(`istio-cni: ${N} DELs, meshed, sequential`);
+  results.push({ mode: 'istio-cni', op: 'DEL', pod: 'meshed', concurrency: 1, ...(await timed(() => pool(names, 1, (n, i) => run('DEL', `s${i}`, n, i)))) });
+  await flush();
+  progress.step(`istio-cni: ${N} ADDs, meshed, ${CONC} at once`);
+  results.push({ mode: 'istio-cni', pod: 'meshed', concurrency: CONC, ...(await timed(() => pool(names, CONC, (n, i) => run('ADD', `c${i}`, n, i)))) });
+  await flush();
+  await controlPlane.stop();
+  controlPlane = undefined;
+}
+
 const loadBefore = os.loadavg();
-const progress = createStepProgress({ name: 'bench:cni', total: MODES.length * 4 });
+const progress = createStepProgress({ name: 'bench:cni', total: MODES.length * 5 });
 try {
   for (let i = 0; i < N; i++) {
     const ns = `mcbench-${id}-${i}`;
     execFileSync('ip', ['netns', 'add', ns]);
     netns.push(ns);
+    // the pod's address on a link of its own (a veth pair with both ends in
+    // the pod netns: nothing can leave), as the main plugin leaves it;
+    // istio-cni decides IPv6 from it
+    execFileSync('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'peer0']);
+    execFileSync('ip', ['-n', ns, 'addr', 'add', `${podIP(i)}/16`, 'dev', 'eth0']);
+    execFileSync('ip', ['-n', ns, 'link', 'set', 'eth0', 'up']);
   }
-  for (const mode of MODES) await benchMode(mode);
+  for (const mode of MODES) await (mode === 'istio-cni' ? benchIstioCni() : benchMode(mode));
   progress.done();
   const f = (x) => x.toFixed(2).padStart(7);
-  console.log(`meshcap-cni ADD, exec to exit, ${N} pods per row, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
-  console.log(`${'mode'.padEnd(9)}${'pod'.padEnd(12)}${'conc'.padStart(5)}${'n'.padStart(6)}   p50 ms   p90 ms   p99 ms   max ms  ADD/s`);
+  console.log(`CNI ADD/DEL, exec to exit, ${N} pods per row, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
+  console.log(`${'mode'.padEnd(10)}${'op'.padEnd(4)}${'pod'.padEnd(12)}${'conc'.padStart(5)}${'n'.padStart(6)}   p50 ms   p90 ms   p99 ms   max ms  ops/s`);
   for (const r of results) {
-    console.log(`${r.mode.padEnd(9)}${r.pod.padEnd(12)}${String(r.concurrency).padStart(5)}${String(r.n).padStart(6)}  ${f(r.p50)}  ${f(r.p90)}  ${f(r.p99)}  ${f(r.max)}  ${r.perSec.toFixed(0).padStart(5)}`);
+    console.log(`${r.mode.padEnd(10)}${(r.op ?? 'ADD').padEnd(4)}${r.pod.padEnd(12)}${String(r.concurrency).padStart(5)}${String(r.n).padStart(6)}  ${f(r.p50)}  ${f(r.p90)}  ${f(r.p99)}  ${f(r.max)}  ${r.perSec.toFixed(0).padStart(5)}`);
   }
+  if (controlPlaneMs !== undefined) console.log(`istio-cni read its pods from a real kube-apiserver (etcd + kube-apiserver started in ${(controlPlaneMs / 1000).toFixed(1)} s, not in any row)`);
   const e = results.find((r) => r.mode === 'ebpf' && r.pod === 'meshed' && r.concurrency === 1);
   console.log(`load average before the run: ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
   if (e) console.log(`\ntarget eBPF p50 <= 5 ms: ${e.p50 <= 5 ? 'met' : 'MISSED'} (${e.p50.toFixed(2)}); p99 <= 20 ms: ${e.p99 <= 20 ? 'met' : 'MISSED'} (${e.p99.toFixed(2)})`);
-  if (opt.json) writeFileSync(opt.json, JSON.stringify({ pods: N, concurrency: CONC, kernel: os.release(), results }, null, 2));
+  if (opt.json) writeFileSync(opt.json, JSON.stringify({ pods: N, concurrency: CONC, kernel: os.release(), loadBefore, results }, null, 2));
 } finally {
   cleanup();
 }
