@@ -18,8 +18,25 @@
  * with the struct followed by zeros, byte for byte what REDIRECT gives.
  */
 #include "mc_common.h"
+#include <bpf/bpf_core_read.h>
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define MC_ENOENT 2
+#define MC_EINVAL 22
+
+/*
+ * Set by the loader from first-class feature probes (src/loader/features.ts,
+ * OPTIONAL_FEATURES); the verifier prunes the branches they switch off, so
+ * this object loads where the helpers they guard do not exist.
+ *  - mc_set_retval: getsockopt programs may turn the answer into an error
+ *    (bpf_set_retval's release, upstream 5.18; before it the kernel answers
+ *    EFAULT for any error a program sets).
+ *  - mc_read_flowlabel: bpf_probe_read_kernel is callable here, to read the
+ *    proxy socket's IPv6 flow label for sin6_flowinfo.
+ */
+const volatile __u8 mc_set_retval = 0;
+const volatile __u8 mc_read_flowlabel = 0;
 
 struct mc_sockaddr_in {
 	__u16 family;
@@ -53,6 +70,61 @@ MC_INLINE int mc_pass(struct bpf_sockopt *ctx)
 	return 1;
 }
 
+/*
+ * No original destination for this socket of a meshed pod: answer what
+ * getorigdst() answers when conntrack has no entry — EINVAL for a buffer
+ * shorter than the struct, ENOENT otherwise, for TCP (other protocols keep
+ * the kernel's ENOPROTOOPT, as conntrack gives). Where nf_conntrack is loaded
+ * the kernel has answered that already; without it the kernel said
+ * ENOPROTOOPT for everything. An answer another program made (retval 0)
+ * stands.
+ */
+MC_INLINE int mc_no_origdst(struct bpf_sockopt *ctx, struct bpf_sock *sk)
+{
+	if (mc_set_retval && ctx->retval != 0 && sk->protocol == IPPROTO_TCP) {
+		int need = ctx->level == SOL_IP ? 16 : 28;
+		ctx->retval = ctx->optlen < need ? -MC_EINVAL : -MC_ENOENT;
+	}
+	return mc_pass(ctx);
+}
+
+/* ipv6_iface_scope_id(): the socket's bound device for a link-local (or
+ * link/interface-local multicast) destination, else 0. */
+MC_INLINE __u32 mc_scope_id(const __u8 a[16], __u32 bound_dev_if)
+{
+	if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80)
+		return bound_dev_if;
+	if (a[0] == 0xff && ((a[1] & 0x0f) == 0x1 || (a[1] & 0x0f) == 0x2))
+		return bound_dev_if;
+	return 0;
+}
+
+/* The socket's own flow label (np->flow_label & IPV6_FLOWINFO_MASK), what
+ * ipv6_getorigdst() puts in sin6_flowinfo: 0 unless flow label reflection
+ * (net.ipv6.flowlabel_reflect) or a flow label manager set one. */
+MC_INLINE __u32 mc_flowinfo(struct bpf_sock *sk)
+{
+	volatile __u64 slot;
+	struct inet_sock *inet = 0;
+	struct ipv6_pinfo *np;
+	__u32 fl = 0;
+
+	if (!mc_read_flowlabel)
+		return 0;
+	/* The verifier forbids arithmetic on a socket pointer; read its value
+	 * back through the stack as a plain number (the loader runs with
+	 * CAP_BPF + CAP_PERFMON), then read the fields fault-safe with CO-RE. */
+	slot = (__u64)(unsigned long)sk;
+	bpf_probe_read_kernel(&inet, sizeof(inet), (const void *)&slot);
+	if (!inet)
+		return 0;
+	np = BPF_CORE_READ(inet, pinet6);
+	if (!np)
+		return 0;
+	fl = BPF_CORE_READ(np, flow_label);
+	return fl & bpf_htonl(0x0fffffff);
+}
+
 SEC("cgroup/getsockopt")
 int mc_getsockopt(struct bpf_sockopt *ctx)
 {
@@ -75,13 +147,15 @@ int mc_getsockopt(struct bpf_sockopt *ctx)
 	if (!o) {
 		/* Connections steered by sk_lookup keep their original destination
 		 * as the local address (no rewriting), which is what conntrack
-		 * answers for them; only the proxy gets that answer. */
+		 * answers for them; only the proxy gets that answer, and only for
+		 * a connected socket: a listening or unconnected one has no
+		 * conntrack entry (ENOENT under iptables). */
 		__u64 ug = bpf_get_current_uid_gid();
 		if ((__u32)ug != pod->proxy_uid && (__u32)(ug >> 32) != pod->proxy_gid)
-			return mc_pass(ctx);
+			return mc_no_origdst(ctx, sk);
 		if (sk->protocol != IPPROTO_TCP || sk->src_port == pod->outbound_port ||
-		    sk->src_port == pod->inbound_port)
-			return mc_pass(ctx);
+		    sk->src_port == pod->inbound_port || sk->dst_port == 0)
+			return mc_no_origdst(ctx, sk);
 		if (sk->family == AF_INET) {
 			mc_v4mapped(local.addr, sk->src_ip4);
 		} else {
@@ -109,9 +183,9 @@ int mc_getsockopt(struct bpf_sockopt *ctx)
 			return mc_pass(ctx);
 		sin6->family = AF_INET6;
 		sin6->port = bpf_htons(o->port);
-		sin6->flowinfo = 0;
+		sin6->flowinfo = mc_flowinfo(sk);
 		__builtin_memcpy(sin6->addr, o->addr, 16);
-		sin6->scope_id = 0;
+		sin6->scope_id = mc_scope_id(o->addr, sk->bound_dev_if);
 	}
 	ctx->retval = 0;
 	MC_STAT_INC(netns, origdst);

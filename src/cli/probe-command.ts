@@ -2,7 +2,7 @@
 import { rmdirSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import type { Command } from 'commander';
-import { REQUIRED_FEATURES } from '../loader/features.js';
+import { OPTIONAL_FEATURES, REQUIRED_FEATURES } from '../loader/features.js';
 import type { ProbeReport } from '../loader/probe.js';
 import { requireRoot } from './preflight.js';
 import { examples } from './help.js';
@@ -14,6 +14,11 @@ export function formatProbe(r: ProbeReport): string {
     const f = r.features[spec.name];
     const state = f?.ok ? 'ok     ' : 'MISSING';
     lines.push(`  ${spec.name.padEnd(w)}  ${state}  Linux ${spec.since.padEnd(5)} ${spec.why}${f?.detail ? ` (${f.detail})` : ''}`);
+  }
+  lines.push('', 'optional (each switches one behaviour, never the mode):');
+  for (const spec of Object.values(OPTIONAL_FEATURES)) {
+    const f = r.optional[spec.name];
+    lines.push(`  ${spec.name.padEnd(w)}  ${f?.ok ? 'ok     ' : 'absent '}  Linux ${spec.since.padEnd(5)} ${spec.why}`);
   }
   lines.push('', `mode: ${r.mode}`, ...r.reasons.map((x) => `  - ${x}`));
   return lines.join('\n');

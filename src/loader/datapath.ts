@@ -12,6 +12,8 @@ import { bpfFdKind, readFdinfo } from './fdinfo.js';
 import { LEGACY_MAPS, NODE_OBJECTS, objectPath, pinLayout } from './manifest.js';
 import { cgroupPrograms, describeForeignBefore, foreignBefore } from './cgroup-order.js';
 import { cgroup2OrThrow, ensureBpffs } from './mounts.js';
+import type { OptionalFeature } from './features.js';
+import { probeOptionalFeatures } from './probe.js';
 
 export interface LinkState {
   name: string;
@@ -29,6 +31,8 @@ export interface LoadResult {
   links: LinkState[];
   /** Pins of an older meshcap's splice (LEGACY_MAPS) this load removed. */
   removedLegacy: string[];
+  /** Optional features (OPTIONAL_FEATURES) this kernel has: the programs' .rodata flags follow them. */
+  optional: Record<OptionalFeature, boolean>;
   /** Optional objects this kernel refused, with the reason (their features are unavailable). */
   unavailable: { file: string; reason: string }[];
   /** Foreign programs that run before meshcap's on connect4/6 (see cgroup-order.ts), one line each; empty when none. */
@@ -101,9 +105,11 @@ export async function loadDatapath(opts: { pinRoot: string; objectDir?: string }
 
   const links: LinkState[] = [];
   const unavailable: LoadResult['unavailable'] = [];
+  const optional = probeOptionalFeatures();
   for (const spec of NODE_OBJECTS) {
     const obj = bpf.openObject(objectPath(spec.file, opts.objectDir), { mapPinDir: L.maps });
     try {
+      for (const [name, feature] of Object.entries(spec.rodata ?? {})) obj.setRodata(name, Buffer.from([optional[feature] ? 1 : 0]));
       try {
         await obj.load();
       } catch (e) {
@@ -153,7 +159,7 @@ export async function loadDatapath(opts: { pinRoot: string; objectDir?: string }
     // The datapath is loaded and works; only the order check could not run.
     orderWarnings = [`could not check which programs run before meshcap's on connect4/6 at ${cgroup}: ${(e as Error).message}`];
   }
-  return { pinRoot: opts.pinRoot, cgroup, links, removedLegacy, unavailable, orderWarnings };
+  return { pinRoot: opts.pinRoot, cgroup, links, removedLegacy, optional, unavailable, orderWarnings };
 }
 
 export interface UninstallResult {

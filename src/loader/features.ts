@@ -62,5 +62,20 @@ export const REQUIRED_FEATURES: FeatureSpec[] = [
   { name: 'objects.verified', kind: 'objects', since: '5.15', why: 'every meshcap BPF object passes this kernel\'s verifier (trial load)' },
 ];
 
+/**
+ * Optional features: each switches one behaviour of a program on (a `.rodata`
+ * flag the loader sets from the probe, see ObjectSpec.rodata); without it the
+ * program behaves as on older kernels. They never decide the mode.
+ */
+export const OPTIONAL_FEATURES = {
+  /** the .rodata flag origdst.bpf.c reads (mc_set_retval) */
+  getsockoptRetval: helper('CGROUP_SOCKOPT', 'set_retval', '5.18',
+    'SO_ORIGINAL_DST on a socket without an original destination answers ENOENT (EINVAL for a short buffer) as conntrack does, also without nf_conntrack; before it a program-set error becomes EFAULT, so the kernel\'s own answer stands'),
+  /** mc_read_flowlabel */
+  getsockoptProbeRead: helper('CGROUP_SOCKOPT', 'probe_read_kernel', '5.5',
+    'IP6T_SO_ORIGINAL_DST\'s sin6_flowinfo is the proxy socket\'s flow label, as ipv6_getorigdst() answers; without it 0'),
+} satisfies Record<string, FeatureSpec>;
+export type OptionalFeature = keyof typeof OPTIONAL_FEATURES;
+
 /** eBPF mode is never chosen below this release, whatever the probes say. */
 export const MIN_EBPF_KERNEL = { major: 4, minor: 19 };

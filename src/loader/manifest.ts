@@ -1,6 +1,7 @@
 // What meshcap loads: objects, their programs and where each attaches.
 import path from 'node:path';
 import { bpfObjectDir } from '../paths.js';
+import type { OptionalFeature } from './features.js';
 
 export interface CgroupProgram {
   /** program (function) name in the object; also the link's pin name */
@@ -14,6 +15,8 @@ export interface ObjectSpec {
   cgroup: CgroupProgram[];
   /** A kernel that cannot load it loses this feature only (not eBPF mode). */
   optional?: boolean;
+  /** `const volatile __u8` flags in its .rodata, set to 1 where the optional feature probes ok. */
+  rodata?: Record<string, OptionalFeature>;
 }
 
 /** Attached once at the cgroup v2 root. */
@@ -26,7 +29,11 @@ export const NODE_OBJECTS: ObjectSpec[] = [
     ],
   },
   { file: 'sockops.bpf.o', cgroup: [{ name: 'mc_sockops', attachType: 'CGROUP_SOCK_OPS' }] },
-  { file: 'origdst.bpf.o', cgroup: [{ name: 'mc_getsockopt', attachType: 'CGROUP_GETSOCKOPT' }] },
+  {
+    file: 'origdst.bpf.o',
+    cgroup: [{ name: 'mc_getsockopt', attachType: 'CGROUP_GETSOCKOPT' }],
+    rodata: { mc_set_retval: 'getsockoptRetval', mc_read_flowlabel: 'getsockoptProbeRead' },
+  },
   {
     file: 'dns.bpf.o',
     cgroup: [

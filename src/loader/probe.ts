@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { addNetns, delNetns } from '../lab/netns.js';
 import * as bpf from '../native/addon.js';
-import { REQUIRED_FEATURES, type FeatureResult, type FeatureSpec } from './features.js';
+import { OPTIONAL_FEATURES, REQUIRED_FEATURES, type FeatureResult, type FeatureSpec, type OptionalFeature } from './features.js';
 import { decideMode, type ModeDecision, type ModeRequest } from './mode.js';
 import { NODE_OBJECTS, POD_INBOUND_OBJECT, objectPath } from './manifest.js';
 import { findCgroup2 } from './mounts.js';
@@ -16,6 +16,8 @@ export interface ProbeReport {
   kernel: string;
   mode: ModeDecision['mode'];
   features: Record<string, FeatureResult>;
+  /** OPTIONAL_FEATURES by probe name: they switch one behaviour each, never the mode. */
+  optional: Record<string, FeatureResult>;
   reasons: string[];
 }
 
@@ -32,6 +34,24 @@ export function verifierReason(log: string | undefined, fallback: string): strin
   const lines = log.split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('libbpf:') && !l.startsWith(';'));
   const hit = lines.find((l) => /cannot|invalid|unknown|not supported|disallowed|denied|prohibited|unreachable|R\d+ /.test(l));
   return hit ?? lines.at(-1) ?? fallback;
+}
+
+/**
+ * The optional features (helper probes: no targets needed), by their key in
+ * OPTIONAL_FEATURES. A probe that throws counts as absent: the behaviour it
+ * guards stays as on older kernels.
+ */
+export function probeOptionalFeatures(): Record<OptionalFeature, boolean> {
+  const c = bpf.consts;
+  const out = {} as Record<OptionalFeature, boolean>;
+  for (const [key, spec] of Object.entries(OPTIONAL_FEATURES) as [OptionalFeature, FeatureSpec][]) {
+    try {
+      out[key] = bpf.probeHelper(num(c.progType, spec.progType, 'program type'), num(c.helper, spec.helper, 'helper'));
+    } catch {
+      out[key] = false;
+    }
+  }
+  return out;
 }
 
 async function trialLoadObjects(): Promise<FeatureResult & { failures: string[] }> {
@@ -128,7 +148,12 @@ export async function probeKernel(requested: ModeRequest = 'auto', kernel = os.r
   } finally {
     await targets.cleanup();
   }
+  const present = probeOptionalFeatures();
+  const optional: Record<string, FeatureResult> = {};
+  for (const [key, spec] of Object.entries(OPTIONAL_FEATURES) as [OptionalFeature, FeatureSpec][]) {
+    optional[spec.name] = { ok: present[key], since: spec.since, why: spec.why };
+  }
   const d = decideMode({ kernel, features, requested: requested === 'ebpf' ? 'auto' : requested });
   if (requested === 'ebpf' && d.mode !== 'ebpf') decideMode({ kernel, features, requested }); // throws ModeRefusedError with the reasons
-  return { kernel, mode: d.mode, features, reasons: d.reasons };
+  return { kernel, mode: d.mode, features, optional, reasons: d.reasons };
 }
