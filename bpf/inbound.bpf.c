@@ -9,19 +9,24 @@
  * includeInboundPorts '*' or a list; traffic originating inside the pod (from
  * loopback or its own addresses) is never captured.
  */
-/* Loaded once per pod, so its load time is part of every CNI ADD: without
- * CO-RE relocations libbpf never parses the kernel's vmlinux BTF (several ms
- * per load). Every struct this program reads is UAPI (bpf_sk_lookup,
- * bpf_sock), whose layout is fixed, so nothing needs relocating. */
+/* One instance per pod (loaded ahead of the pod by the agent's pool, see
+ * src/pod-datapath/inbound-pool.ts): without CO-RE relocations libbpf never
+ * parses the kernel's vmlinux BTF (several ms per load). Every struct this
+ * program reads is UAPI (bpf_sk_lookup, bpf_sock), whose layout is fixed, so
+ * nothing needs relocating. */
 #define BPF_NO_PRESERVE_ACCESS_INDEX
 #include "mc_common.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* sk_lookup programs cannot call bpf_get_netns_cookie, and each instance is
- * attached to exactly one netns: the agent loads one instance per pod with
- * the pod's netns cookie set here. */
-const volatile __u64 mc_netns = 0;
+ * attached to exactly one netns: the agent writes the pod's netns cookie here
+ * (this object's .bss map) once, before it links the instance to the pod's
+ * netns, so the load itself is not on the CNI ADD's path. Not const: a
+ * .rodata constant is frozen at load, before the pod is known. 0 (never a
+ * cookie) until written: no pod, no capture. Older meshcap versions set it as
+ * a .rodata constant; their pinned instances keep working. */
+volatile __u64 mc_netns = 0;
 
 /* Any registered listener of the proxy: the kernel's reuseport selection
  * after bpf_sk_assign spreads connections over the socket's whole group. */

@@ -41,6 +41,8 @@ export interface AgentOptions {
   podWaitMs?: number;
   /** Period of the self-check that compares every record with the kernel and repairs drift (default 30000 ms; 0: off). */
   selfCheckMs?: number;
+  /** Pod inbound programs kept loaded ahead of ADDs (eBPF mode; default INBOUND_POOL; 0: each ADD loads its own). */
+  inboundPool?: number;
   /** Posts a pod Event when a pod cannot be restored (the API source does in a cluster). */
   reporter?: PodProblemReporter;
   /** What to do with meshed pods running without capture (default 'repair'; repair.ts). */
@@ -73,6 +75,12 @@ export interface Agent {
 /** The self-check visits iptables-mode pods on every IPTABLES_EVERY-th pass (the first included). */
 export const IPTABLES_EVERY = 10;
 
+/**
+ * Inbound programs loaded ahead (src/pod-datapath/inbound-pool.ts): a burst of
+ * this many meshed ADDs pays no program load; ~30 KiB of kernel memory each.
+ */
+export const INBOUND_POOL = 16;
+
 export async function startAgent(o: AgentOptions): Promise<Agent> {
   const log = o.logger;
   const t0 = performance.now();
@@ -100,6 +108,10 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
   const unreadable = store.open();
   for (const p of unreadable) log.warn({ problem: p }, 'ignoring an unreadable state record');
 
+  const backendOpts = {
+    inboundPool: o.inboundPool ?? INBOUND_POOL,
+    onInboundPoolError: (err: Error) => log.warn({ err: err.message, pinRoot: o.pinRoot }, 'could not load an inbound program ahead of a pod: meshed ADDs load their own'),
+  };
   const cleanup = async () => {
     closing = true;
     if (timer) clearInterval(timer);
@@ -126,7 +138,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       for (const w of loaded.orderWarnings) log.warn({ pinRoot: o.pinRoot, cgroup: loaded.cgroup }, w);
       for (const p of loaded.removedLegacy) log.info({ pin: p }, 'removed a pin of an older meshcap\'s splice (connections still spliced keep it until they close)');
       for (const u of loaded.unavailable) log.warn({ object: u.file, reason: u.reason }, `${u.file} refused by this kernel: its feature is off`);
-      ebpf = new EbpfBackend(o.pinRoot);
+      ebpf = new EbpfBackend(o.pinRoot, backendOpts);
     }
     datapathLoaded = true;
 
@@ -168,7 +180,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
           log.error({ problems: lost, pinRoot: o.pinRoot }, 'the node eBPF datapath is gone: loading it again');
           await loadDatapath({ pinRoot: o.pinRoot });
           const old = dp.ebpf;
-          dp.ebpf = new EbpfBackend(o.pinRoot);
+          dp.ebpf = new EbpfBackend(o.pinRoot, backendOpts);
           old.close();
           metrics.nodeReloaded();
         }
@@ -209,6 +221,9 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       metrics: http ? `${http.address.address}:${http.address.port}` : undefined,
       startupMs: Math.round(performance.now() - t0),
     }, 'meshcap agent ready');
+
+    // After ready, not before: the start-up reconcile comes first.
+    dp.ebpf?.inboundPool?.fill();
 
     const repairMode = o.repair ?? 'repair';
     const repairFailedAt = new Map<string, number>();

@@ -1,12 +1,14 @@
-// Per-pod inbound capture: one sk_lookup program instance per meshed pod (its
-// netns cookie is a rodata constant: sk_lookup cannot ask for it), attached
-// to the pod's netns through a pinned bpf_link at <pin root>/pods/<cookie>/inbound.
+// Per-pod inbound capture: one sk_lookup program instance per meshed pod (it
+// reads the pod's netns cookie from its own .bss: sk_lookup cannot ask for
+// it), attached to the pod's netns through a pinned bpf_link at
+// <pin root>/pods/<cookie>/inbound. The instance comes loaded from the
+// agent's pool (inbound-pool.ts) when one is ready.
 import { existsSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import * as bpf from '../native/addon.js';
 import { ForeignPinError } from '../loader/datapath.js';
 import { bpfFdKind, readFdinfo } from '../loader/fdinfo.js';
-import { POD_INBOUND_OBJECT, POD_INBOUND_PROGRAM, POD_INBOUND_RODATA, objectPath, pinLayout } from '../loader/manifest.js';
-import { u64Key } from '../maps/layout.js';
+import { pinLayout } from '../loader/manifest.js';
+import { loadInboundInstance, setInstanceNetns, type InboundPool } from './inbound-pool.js';
 
 export interface InboundLink {
   pin: string;
@@ -14,12 +16,16 @@ export interface InboundLink {
   action: 'created' | 'adopted';
 }
 
-/** Attach (or adopt) the pod's inbound program. Idempotent for the same netns. */
-export async function attachPodInbound(pinRoot: string, netns: bigint, netnsPath: string): Promise<InboundLink> {
+/**
+ * Attach (or adopt) the pod's inbound program. Idempotent for the same netns.
+ * A link pinned by an older meshcap (cookie as a .rodata constant) is adopted
+ * the same way: what it runs is the same program.
+ */
+export async function attachPodInbound(pinRoot: string, netns: bigint, netnsPath: string, pool?: InboundPool): Promise<InboundLink> {
   const L = pinLayout(pinRoot);
   const pin = L.podInbound(netns);
-  const netnsIno = statSync(netnsPath).ino;
   if (existsSync(pin)) {
+    const netnsIno = statSync(netnsPath).ino;
     const fd = bpf.objGet(pin);
     try {
       if (bpfFdKind(readFdinfo(fd)) !== 'link') throw new ForeignPinError(pin, 'expected a pinned sk_lookup link');
@@ -32,13 +38,10 @@ export async function attachPodInbound(pinRoot: string, netns: bigint, netnsPath
     rmSync(pin);
   }
   mkdirSync(L.podDir(netns), { recursive: true });
-  const obj = bpf.openObject(objectPath(POD_INBOUND_OBJECT), { mapPinDir: L.maps });
+  const inst = pool?.take() ?? (await loadInboundInstance(L.maps));
   try {
-    obj.setRodata(POD_INBOUND_RODATA, u64Key(netns));
-    await obj.load();
-    const prog = obj.programs().find((p) => p.name === POD_INBOUND_PROGRAM);
-    if (!prog) throw new Error(`${POD_INBOUND_OBJECT} has no program ${POD_INBOUND_PROGRAM}: rebuild (npm run setup)`);
-    const fd = bpf.linkCreateNetns(prog.fd, netnsPath, bpf.consts.attachType.SK_LOOKUP!);
+    setInstanceNetns(inst, netns);
+    const fd = bpf.linkCreateNetns(inst.progFd, netnsPath, bpf.consts.attachType.SK_LOOKUP!);
     try {
       bpf.objPin(fd, pin);
       return { pin, linkId: bpf.linkInfo(fd).id, action: 'created' };
@@ -46,7 +49,8 @@ export async function attachPodInbound(pinRoot: string, netns: bigint, netnsPath
       bpf.closeFd(fd);
     }
   } finally {
-    obj.close();
+    // The link (when made) holds the program, and the program its .bss.
+    inst.obj.close();
   }
 }
 

@@ -5,14 +5,17 @@
 // works when the netns is already gone. The extras below the PodBackend
 // methods (snapshot, stats, pods, remove, refillListeners, ...) are what only
 // eBPF mode has: the reconciler, `meshcap status`, metrics and tests use them.
+import path from 'node:path';
 import { configLimit, UnsupportedInEbpfError } from '../decision/ebpf-limits.js';
 import { pinLayout } from '../loader/manifest.js';
-import type { McStats } from '../maps/layout.js';
+import * as bpf from '../native/addon.js';
+import { MAP, type McStats } from '../maps/layout.js';
 import { PodMaps, type KeySnapshot } from '../maps/registry.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { addPassthroughV6, netnsCookie, netnsProblem } from '../pod-netns.js';
 import type { PodBackend, PodSetup, RemoveOutcome } from './backend.js';
 import { attachPodInbound, detachPodInbound, hasPodInbound } from './ebpf-inbound.js';
+import { InboundPool } from './inbound-pool.js';
 import { refillPodListeners, type ListenerRefill, type NetnsProcesses } from './ebpf-listeners.js';
 
 /** podEntries encodes only: a config eBPF mode cannot honour never reaches the maps. */
@@ -21,16 +24,40 @@ function assertSupported(cfg: CaptureConfig, podIPs: string[]): void {
   if (limit) throw new UnsupportedInEbpfError(limit);
 }
 
+export interface EbpfBackendOptions {
+  /**
+   * Inbound programs kept loaded ahead of the pods (inbound-pool.ts): the
+   * agent's; 0 or absent (CLI commands, tests) loads one per pod when needed.
+   */
+  inboundPool?: number;
+  onInboundPoolError?: (err: Error) => void;
+}
+
 export class EbpfBackend implements PodBackend {
   readonly mode = 'ebpf' as const;
   private readonly maps: PodMaps;
+  /** Loaded, unattached inbound programs; undefined without the option. */
+  readonly inboundPool: InboundPool | undefined;
 
   /** Opens the pinned maps under pinRoot; throws, naming `meshcap load`, when the datapath is not loaded. */
-  constructor(readonly pinRoot: string) {
-    this.maps = new PodMaps(pinLayout(pinRoot).maps);
+  constructor(readonly pinRoot: string, opts: EbpfBackendOptions = {}) {
+    const dir = pinLayout(pinRoot).maps;
+    this.maps = new PodMaps(dir);
+    if (opts.inboundPool && opts.inboundPool > 0) {
+      const fd = bpf.objGet(path.join(dir, MAP.pods));
+      let podsMapId: number;
+      try {
+        podsMapId = bpf.mapInfo(fd).id;
+      } finally {
+        bpf.closeFd(fd);
+      }
+      this.inboundPool = new InboundPool({ mapsDir: dir, size: opts.inboundPool, podsMapId, ...(opts.onInboundPoolError ? { onError: opts.onInboundPoolError } : {}) });
+    }
   }
 
+  /** Closes the maps and frees the pool's waiting programs (pods' pinned links stay). */
   close(): void {
+    this.inboundPool?.close();
     this.maps.close();
   }
 
@@ -40,7 +67,7 @@ export class EbpfBackend implements PodBackend {
     assertSupported(p.config, p.podIPs);
     this.maps.write(netns, p.config, p.podIPs);
     if (p.config.parsed.inboundCapture) {
-      await attachPodInbound(this.pinRoot, netns, p.netns);
+      await attachPodInbound(this.pinRoot, netns, p.netns, this.inboundPool);
     } else {
       detachPodInbound(this.pinRoot, netns);
     }

@@ -1,0 +1,151 @@
+// Pod inbound programs loaded ahead of the pods that will use them. Loading
+// bpf/inbound.bpf.c (libbpf open, BTF, the verifier) is ~1 ms of CPU, the
+// largest part of a meshed CNI ADD; everything else an ADD does to capture
+// inbound (write the cookie, link, pin) is ~0.05 ms. So the agent keeps a few
+// loaded instances whose netns cookie is not written yet and loads the next
+// ones in the background, one at a time, after an ADD took one. An ADD that
+// finds the pool empty loads its own, as before.
+//
+// An instance in the pool is attached nowhere and pinned nowhere: it lives on
+// the agent's fds only, so closing the pool (agent stop) or the agent dying
+// frees it. Each one was loaded against the maps pinned at that moment; the
+// pool belongs to one EbpfBackend (one set of pinned maps) and is closed with
+// it when a self-check reloads the datapath.
+import * as bpf from '../native/addon.js';
+import { POD_INBOUND_OBJECT, POD_INBOUND_PROGRAM, objectPath } from '../loader/manifest.js';
+import { MAP } from '../maps/layout.js';
+
+/** The variable in inbound.bpf.c's .bss that holds the pod's netns cookie. */
+const NETNS_VAR = 'mc_netns';
+
+/** A loaded, unattached inbound program and the map holding its netns cookie. */
+export interface InboundInstance {
+  obj: bpf.BpfObject;
+  progFd: number;
+  /** The object's .bss (one array element: mc_netns). */
+  netnsMapFd: number;
+  /** Kernel id of the mc_pods map this instance reads. */
+  podsMapId: number;
+}
+
+/** Loads one instance against the maps pinned in mapsDir (not attached, cookie 0). */
+export async function loadInboundInstance(mapsDir: string): Promise<InboundInstance> {
+  const obj = bpf.openObject(objectPath(POD_INBOUND_OBJECT), { mapPinDir: mapsDir });
+  try {
+    await obj.load();
+    const prog = obj.programs().find((p) => p.name === POD_INBOUND_PROGRAM);
+    if (!prog) throw new Error(`${POD_INBOUND_OBJECT} has no program ${POD_INBOUND_PROGRAM}: rebuild (npm run setup)`);
+    const maps = obj.maps();
+    // libbpf names it "<object prefix>.bss"; mc_netns is its only variable.
+    const bss = maps.find((m) => m.name.endsWith('.bss'));
+    if (!bss || bss.valueSize !== 8) {
+      throw new Error(`${POD_INBOUND_OBJECT} has no 8-byte .bss holding ${NETNS_VAR} (an object from an older build?): rebuild (npm run setup)`);
+    }
+    const pods = maps.find((m) => m.name === MAP.pods);
+    if (!pods) throw new Error(`${POD_INBOUND_OBJECT} does not use ${MAP.pods}: rebuild (npm run setup)`);
+    return { obj, progFd: prog.fd, netnsMapFd: bss.fd, podsMapId: bpf.mapInfo(pods.fd).id };
+  } catch (e) {
+    obj.close();
+    throw e;
+  }
+}
+
+const KEY0 = Buffer.alloc(4);
+
+/**
+ * Gives the instance its pod: written before the instance is linked into the
+ * pod's netns, so it never runs with another cookie (and never with 0 there).
+ */
+export function setInstanceNetns(inst: InboundInstance, netns: bigint): void {
+  const v = Buffer.alloc(8);
+  v.writeBigUInt64LE(netns);
+  bpf.mapUpdate(inst.netnsMapFd, KEY0, v);
+}
+
+export interface InboundPoolOptions {
+  /** Where the maps the instances read are pinned. */
+  mapsDir: string;
+  /** Instances kept loaded (0: none; every ADD loads its own). */
+  size: number;
+  /** Kernel id of the mc_pods map the owner writes: an instance reading another one is never handed out. */
+  podsMapId: number;
+  /** A background load failed (the next take() tries again; ADDs load their own meanwhile). */
+  onError?: (err: Error) => void;
+}
+
+export class InboundPool {
+  private ready: InboundInstance[] = [];
+  private filling: Promise<void> | null = null;
+  private closed = false;
+  /** Counters for metrics and tests. */
+  readonly counts = { hits: 0, misses: 0, loaded: 0, failed: 0, discarded: 0 };
+
+  constructor(private readonly o: InboundPoolOptions) {}
+
+  get size(): number {
+    return this.o.size;
+  }
+
+  /** Instances loaded and waiting. */
+  get available(): number {
+    return this.ready.length;
+  }
+
+  /** A loaded instance, or undefined when none is ready (the caller loads one). Starts refilling. */
+  take(): InboundInstance | undefined {
+    const inst = this.ready.pop();
+    if (inst) this.counts.hits++;
+    else if (this.o.size > 0) this.counts.misses++;
+    this.fill();
+    return inst;
+  }
+
+  /** Loads instances in the background, one at a time, up to size. Idempotent. */
+  fill(): void {
+    if (this.closed || this.filling || this.ready.length >= this.o.size) return;
+    this.filling = this.run().finally(() => {
+      this.filling = null;
+    });
+  }
+
+  /** Resolves when the pool is full (or a load failed, or it was closed): tests and benches. */
+  async filled(): Promise<void> {
+    this.fill();
+    await this.filling;
+  }
+
+  private async run(): Promise<void> {
+    while (!this.closed && this.ready.length < this.o.size) {
+      let inst: InboundInstance;
+      try {
+        inst = await loadInboundInstance(this.o.mapsDir);
+      } catch (e) {
+        // Stop until the next take(): a kernel that refuses the object
+        // refuses it every time, and the ADD that loads its own reports why.
+        this.counts.failed++;
+        this.o.onError?.(e as Error);
+        return;
+      }
+      if (this.closed || inst.podsMapId !== this.o.podsMapId) {
+        // Closed meanwhile, or the maps were replaced under the pins: the
+        // owner is about to be replaced too.
+        if (!this.closed) this.counts.discarded++;
+        inst.obj.close();
+        return;
+      }
+      this.counts.loaded++;
+      this.ready.push(inst);
+    }
+  }
+
+  /** Kernel ids of the waiting programs (tests: they must be gone after close). */
+  programIds(): number[] {
+    return this.ready.map((i) => bpf.progInfo(i.progFd).id);
+  }
+
+  /** Frees every waiting instance (nothing of them is attached or pinned). Idempotent. */
+  close(): void {
+    this.closed = true;
+    for (const inst of this.ready.splice(0)) inst.obj.close();
+  }
+}

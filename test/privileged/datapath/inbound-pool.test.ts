@@ -1,0 +1,176 @@
+// The agent's pool of pod inbound programs (src/pod-datapath/inbound-pool.ts):
+// a meshed pod gets an instance loaded before its ADD, which captures exactly
+// as one loaded for it; waiting instances are attached and pinned nowhere
+// and are gone from the kernel once the pool closes; a pod's link pinned by
+// an older meshcap (netns cookie as a .rodata constant) is adopted as it is.
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { execa } from 'execa';
+import * as bpf from '../../../src/native/addon.js';
+import { loadDatapath, uninstallDatapath } from '../../../src/loader/datapath.js';
+import { pinLayout, POD_INBOUND_PROGRAM } from '../../../src/loader/manifest.js';
+import { EbpfBackend } from '../../../src/pod-datapath/ebpf.js';
+import { netnsCookie } from '../../../src/pod-netns.js';
+import { u64Key } from '../../../src/maps/layout.js';
+import { Lab, scaled, testPinRoot, type NsAgent } from '../../helpers/lab.js';
+import { istioCapture } from '../../helpers/pods.js';
+import { describeEbpf } from '../../helpers/datapaths.js';
+
+const projectRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+
+/** Whether the kernel still has a program with this id. */
+async function progExists(id: number): Promise<boolean> {
+  const r = await execa('bpftool', ['prog', 'show', 'id', String(id)], { reject: false });
+  return r.exitCode === 0;
+}
+
+/** Programs are freed after an RCU grace period: poll briefly. */
+async function progGone(id: number, ms = 5000): Promise<boolean> {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (!(await progExists(id))) return true;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return false;
+}
+
+describeEbpf('pod inbound program pool', () => {
+  const lab = new Lab();
+  const pinRoot = testPinRoot();
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-inbound-pool-'));
+  let be: EbpfBackend | undefined;
+  let client: NsAgent;
+  let proxies: Awaited<ReturnType<Lab['proxy']>>[] = [];
+  const pods: { name: string; path: string; ip: string }[] = [];
+
+  beforeAll(async () => {
+    await loadDatapath({ pinRoot });
+    const cl = await lab.netns('plcli');
+    for (let i = 0; i < 3; i++) {
+      const p = await lab.netns(`plpod${i}`);
+      const ip = `198.18.${40 + i}.1`;
+      await lab.link(p.name, cl.name, { a4: [`${ip}/24`], b4: [`198.18.${40 + i}.2/24`] });
+      const app = await lab.agent(p.name);
+      await app.listen('0.0.0.0', 8080);
+      pods.push({ ...p, ip });
+    }
+    client = await lab.agent(cl.name);
+  }, scaled(120_000));
+
+  afterAll(async () => {
+    await lab.cleanup();
+    be?.close();
+    uninstallDatapath(pinRoot);
+    rmSync(tmp, { recursive: true, force: true });
+  });
+
+  const inbound = (i: number) => proxies[i]!.accepts().filter((a) => a.listener === 'inbound').map((a) => a.orig);
+
+  it('hands a loaded instance to a meshed pod, which captures its inbound; the pool loads the next one', async () => {
+    be = new EbpfBackend(pinRoot, { inboundPool: 2 });
+    const pool = be.inboundPool!;
+    await pool.filled();
+    expect(pool.available).toBe(2);
+    const waiting = pool.programIds();
+    for (const id of waiting) expect(await progExists(id)).toBe(true);
+    // nothing of a waiting instance is pinned under the pin root
+    expect(readdirSync(pinLayout(pinRoot).pods)).toEqual([]);
+
+    const pod = pods[0]!;
+    const cookie = await be.register({ netns: pod.path, config: istioCapture({ ips: [pod.ip], ipv6: false }), podIPs: [pod.ip] });
+    expect(pool.counts.hits).toBe(1);
+    const fd = bpf.objGet(pinLayout(pinRoot).podInbound(cookie));
+    const progId = bpf.linkInfo(fd).progId;
+    bpf.closeFd(fd);
+    expect(waiting).toContain(progId);
+
+    proxies[0] = await lab.proxy(pod.name);
+    expect((await client.connect(pod.ip, 8080, 'pooled')).data).toBe(`${pod.ip}:8080|pooled`);
+    expect(inbound(0)).toEqual([`${pod.ip}:8080`]);
+    expect(be.stats(cookie)!.inbound).toBe(1n);
+
+    await pool.filled();
+    expect(pool.available).toBe(2);
+    expect(pool.counts.loaded).toBe(3);
+  }, scaled(60_000));
+
+  it('an empty pool makes the ADD load its own instance, which captures the same', async () => {
+    const pool = be!.inboundPool!;
+    pool.close(); // closed: take() finds nothing and loads nothing
+    const pod = pods[1]!;
+    const cookie = await be!.register({ netns: pod.path, config: istioCapture({ ips: [pod.ip], ipv6: false }), podIPs: [pod.ip] });
+    expect(pool.counts.hits).toBe(1);
+    proxies[1] = await lab.proxy(pod.name);
+    expect((await client.connect(pod.ip, 8080, 'own')).data).toBe(`${pod.ip}:8080|own`);
+    expect(inbound(1)).toEqual([`${pod.ip}:8080`]);
+    expect(be!.checkEntries(cookie, istioCapture({ ips: [pod.ip], ipv6: false }), [pod.ip])).toEqual([]);
+  }, scaled(60_000));
+
+  it('closing the backend frees every waiting program; pods keep their capture', async () => {
+    const other = new EbpfBackend(pinRoot, { inboundPool: 3 });
+    await other.inboundPool!.filled();
+    const waiting = other.inboundPool!.programIds();
+    expect(waiting).toHaveLength(3);
+    other.close();
+    for (const id of waiting) expect(await progGone(id), `program ${id} of the closed pool is still loaded`).toBe(true);
+    // the pods' links hold their own instances
+    expect((await client.connect(pods[0]!.ip, 8080, 'after-close')).data).toBe(`${pods[0]!.ip}:8080|after-close`);
+    expect(inbound(0).at(-1)).toBe(`${pods[0]!.ip}:8080`);
+  }, scaled(60_000));
+
+  it('adopts a pod link pinned by an older meshcap (cookie as a .rodata constant) and removes it on DEL', async () => {
+    // The previous build of bpf/inbound.bpf.c: the same program with the cookie a load-time constant.
+    const src = readFileSync(path.join(projectRoot, 'bpf/inbound.bpf.c'), 'utf8');
+    const old = src.replace(/^volatile __u64 mc_netns = 0;$/m, 'const volatile __u64 mc_netns = 0;');
+    expect(old).not.toBe(src);
+    const srcPath = path.join(tmp, 'inbound-rodata.bpf.c');
+    const objPath = path.join(tmp, 'inbound-rodata.bpf.o');
+    writeFileSync(srcPath, old);
+    await execa('clang', ['-target', 'bpf', '-O2', '-g', '-Wall', '-Werror', '-D__TARGET_ARCH_x86', '-I', path.join(projectRoot, 'bpf/include'),
+      '-I', path.join(projectRoot, 'build/bpf'), '-idirafter', '/usr/include/x86_64-linux-gnu', '-c', srcPath, '-o', objPath]);
+
+    const pod = pods[2]!;
+    const cookie = await netnsCookie(pod.path);
+    const L = pinLayout(pinRoot);
+    const obj = bpf.openObject(objPath, { mapPinDir: L.maps });
+    let linkId: number;
+    try {
+      obj.setRodata('mc_netns', u64Key(cookie));
+      await obj.load();
+      const prog = obj.programs().find((p) => p.name === POD_INBOUND_PROGRAM)!;
+      const fd = bpf.linkCreateNetns(prog.fd, pod.path, bpf.consts.attachType.SK_LOOKUP!);
+      mkdirSync(L.podDir(cookie), { recursive: true });
+      bpf.objPin(fd, L.podInbound(cookie));
+      linkId = bpf.linkInfo(fd).id;
+      bpf.closeFd(fd);
+    } finally {
+      obj.close();
+    }
+
+    const fresh = new EbpfBackend(pinRoot, { inboundPool: 1 });
+    try {
+      await fresh.inboundPool!.filled();
+      const cfg = istioCapture({ ips: [pod.ip], ipv6: false });
+      expect(await fresh.register({ netns: pod.path, config: cfg, podIPs: [pod.ip] })).toBe(cookie);
+      expect(fresh.inboundPool!.counts.hits, 'the pinned link was replaced instead of adopted').toBe(0);
+      const fd = bpf.objGet(L.podInbound(cookie));
+      expect(bpf.linkInfo(fd).id).toBe(linkId);
+      bpf.closeFd(fd);
+      expect(await fresh.check({ netns: pod.path, config: cfg, podIPs: [pod.ip] }, cookie)).toEqual([]);
+
+      proxies[2] = await lab.proxy(pod.name);
+      expect((await client.connect(pod.ip, 8080, 'old')).data).toBe(`${pod.ip}:8080|old`);
+      expect(inbound(2)).toEqual([`${pod.ip}:8080`]);
+
+      fresh.remove(cookie);
+      expect(existsSync(L.podDir(cookie))).toBe(false);
+      expect((await client.connect(pod.ip, 8080, 'removed')).data).toBe(`${pod.ip}:8080|removed`);
+      expect(inbound(2)).toEqual([`${pod.ip}:8080`]); // not captured any more
+    } finally {
+      fresh.close();
+    }
+  }, scaled(60_000));
+});
