@@ -70,7 +70,7 @@ export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | nu
       const cookie = cookieOf(rec);
       if (rec.mode !== 'ebpf' || cookie === null) continue;
       const s = ebpf.stats(cookie);
-      if (s) yield { rec, cookie, counts: { outbound: Number(s.outbound), inbound: Number(s.inbound), own_pod: Number(s.own_pod), dns: Number(s.dns), origdst: Number(s.origdst) } };
+      if (s) yield { rec, cookie, counts: { outbound: Number(s.outbound), inbound: Number(s.inbound), own_pod: Number(s.own_pod), dns: Number(s.dns), origdst: Number(s.origdst ?? 0n) } };
     }
   }
   // The node's total: the sum of every pod's mc_stats counters, kept monotonic
@@ -84,7 +84,8 @@ export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | nu
   const refreshTotals = () => {
     if (refreshed) return;
     refreshed = true;
-    setImmediate(() => { refreshed = false; });
+    // prom-client runs every collect() of one scrape in one synchronous span
+    queueMicrotask(() => { refreshed = false; });
     const seen = new Set<string>();
     for (const { cookie, counts: now } of podCounts()) {
       const key = String(cookie);

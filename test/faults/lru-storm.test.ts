@@ -166,7 +166,7 @@ describeEbpf('the in-flight LRU maps under a connection storm through one pod', 
     const sc = await sidecar(['--backlog', '1']);
     process.kill(sc.pid, 'SIGSTOP');
     const before = await counters();
-    const conns = Array.from({ length: N }, (_, i) => app.connect(SRV, 80, '', undefined).then((r) => ({ i, data: r.data, error: '' }), (e: Error) => ({ i, data: '', error: e.message })));
+    const conns = Array.from({ length: N }, (_, i) => app.call<{ data: string }>('connect', { host: SRV, port: 80, payload: '', timeoutMs: 30_000 }).then((r) => ({ i, data: r.data, error: '' }), (e: Error) => ({ i, data: '', error: e.message })));
     await sleep(1000);
     // handshakes waiting for the stopped sidecar's full accept queue still have their entry in mc_origdst
     let lost = 0;
