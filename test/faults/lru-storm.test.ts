@@ -11,8 +11,9 @@
 //  2. the same with both maps first filled to max_entries with stale
 //     entries (what connections that never completed leave behind);
 //  3. entries lost in flight (what an eviction does), made deterministic:
-//     the sidecar stopped (backlog 1) so handshakes wait with their entry in
-//     mc_origdst, the entries deleted, the sidecar resumed.
+//     the SYNs to the sidecar dropped for a moment (an iptables rule in the
+//     test's pod netns) so handshakes wait with their entry in mc_origdst,
+//     the entries deleted, the rule removed.
 // Required: no connection is given a wrong original destination; a lost
 // one fails at the proxy (the kernel's own SO_ORIGINAL_DST error) and is
 // reset, and the metrics show it: meshcap_redirected_connections_total
@@ -163,17 +164,25 @@ describeEbpf('the in-flight LRU maps under a connection storm through one pod', 
 
   it('original destinations lost in flight (as an eviction loses them): each such connection fails at the proxy, none is misrouted, the metrics show how many', async () => {
     const N = 40;
-    const sc = await sidecar(['--backlog', '1']);
-    process.kill(sc.pid, 'SIGSTOP');
+    const sc = await sidecar();
+    // the SYNs to the sidecar dropped for a moment: every handshake waits
+    // (SYN retransmitted after 1 s) with its entry in mc_origdst
+    const drop = ['INPUT', '-p', 'tcp', '--dport', '15001', '-j', 'DROP'];
+    await execa('ip', ['netns', 'exec', pod.name, 'iptables', '-I', ...drop]);
     const before = await counters();
     const conns = Array.from({ length: N }, (_, i) => app.call<{ data: string }>('connect', { host: SRV, port: 80, payload: '', timeoutMs: 30_000 }).then((r) => ({ i, data: r.data, error: '' }), (e: Error) => ({ i, data: '', error: e.message })));
-    await sleep(1000);
-    // handshakes waiting for the stopped sidecar's full accept queue still have their entry in mc_origdst
+    await sleep(400);
     let lost = 0;
-    withMap(opts.pinRoot, MAP.origdst, (fd, info) => {
-      for (const k of bpf.mapKeys(fd, info.keySize)) if (k.readBigUInt64LE(0) === cookie && bpf.mapDelete(fd, k)) lost++;
-    });
-    process.kill(sc.pid, 'SIGCONT');
+    try {
+      withMap(opts.pinRoot, MAP.origdst, (fd, info) => {
+        // every second one: those keep their destination, the others lose it
+        bpf.mapKeys(fd, info.keySize).filter((k) => k.readBigUInt64LE(0) === cookie).forEach((k, i) => {
+          if (i % 2 === 0 && bpf.mapDelete(fd, k)) lost++;
+        });
+      });
+    } finally {
+      await execa('ip', ['netns', 'exec', pod.name, 'iptables', '-D', ...drop]);
+    }
     const results = await Promise.all(conns);
     await sleep(500);
     const s = await sc.stop();
@@ -182,10 +191,10 @@ describeEbpf('the in-flight LRU maps under a connection storm through one pod', 
     const misrouted = results.filter((r) => r.data === 'm').length;
     const failed = results.filter((r) => r.data !== 'k' && r.data !== 'm');
     const unanswered = after.redirected - before.redirected - (after.answered - before.answered);
-    console.log(`[ebpf] ${N} connects to a stopped sidecar (backlog 1), ${lost} in-flight ${MAP.origdst} entries removed: ${ok} ok, ${misrouted} misrouted, ${failed.length} failed ` +
+    console.log(`[ebpf] ${N} connects held before the sidecar (SYNs dropped 0.4 s), ${lost} in-flight ${MAP.origdst} entries removed: ${ok} ok, ${misrouted} misrouted, ${failed.length} failed ` +
       `(${[...new Set(failed.map((f) => f.error || `data '${f.data}'`))].join(', ')}); sidecar: ${JSON.stringify(s)}; metrics: redirected +${after.redirected - before.redirected}, ` +
       `answered +${after.answered - before.answered}, unanswered ${unanswered}`);
-    expect(lost, 'some handshakes were waiting with their entry in the map').toBeGreaterThan(0);
+    expect(lost, 'half the handshakes were waiting with their entry in the map').toBe(N / 2);
     expect(misrouted + s.misrouted, 'never a wrong original destination').toBe(0);
     expect(s.origdstFailed, 'each lost entry: SO_ORIGINAL_DST fails at the proxy').toBe(lost);
     expect(failed.length, 'and the app sees that connection fail').toBe(lost);
