@@ -125,6 +125,9 @@ export class AgentProcess {
 export async function endAgentRun(o: { agent?: AgentProcess; lab: { cleanup(): Promise<void> }; pinRoot: string; tmp?: string }): Promise<void> {
   await o.agent?.stop();
   await o.lab.cleanup();
-  await execa('node', [path.join(projectRoot, 'bin/meshcap'), 'uninstall', '--pin-root', o.pinRoot, '--force'], { reject: false });
+  // the run's own state dir: --force also takes rules out of the iptables pods
+  // recorded there, and the default (/var/run/meshcap/state) is the host's
+  const stateDir = o.tmp ? path.join(o.tmp, 'state') : `${o.pinRoot}-no-state`;
+  await execa('node', [path.join(projectRoot, 'bin/meshcap'), 'uninstall', '--pin-root', o.pinRoot, '--state-dir', stateDir, '--force'], { reject: false });
   if (o.tmp) rmSync(o.tmp, { recursive: true, force: true });
 }
