@@ -77,6 +77,7 @@ export class InboundPool {
   private ready: InboundInstance[] = [];
   private filling: Promise<void> | null = null;
   private closed = false;
+  private refillQueued = false;
   /** Counters for metrics and tests. */
   readonly counts = { hits: 0, misses: 0, loaded: 0, failed: 0, discarded: 0 };
 
@@ -91,12 +92,20 @@ export class InboundPool {
     return this.ready.length;
   }
 
-  /** A loaded instance, or undefined when none is ready (the caller loads one). Starts refilling. */
+  /** A loaded instance, or undefined when none is ready (the caller loads one). Refills after this turn. */
   take(): InboundInstance | undefined {
     const inst = this.ready.pop();
     if (inst) this.counts.hits++;
     else if (this.o.size > 0) this.counts.misses++;
-    this.fill();
+    // Not now: opening the object (ELF, ~0.1 ms, on this thread) would delay
+    // the ADD that is taking it; the ADD's reply goes out before this runs.
+    if (!this.refillQueued) {
+      this.refillQueued = true;
+      setImmediate(() => {
+        this.refillQueued = false;
+        this.fill();
+      });
+    }
     return inst;
   }
 
