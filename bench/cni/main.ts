@@ -1,8 +1,7 @@
-#!/usr/bin/env node
 // npm run bench:cni — CNI ADD latency as a container runtime sees it: from
 // exec of build/bin/meshcap-cni to its exit, against a real `meshcap agent`
 // (its own process, standalone, pods file), for a meshed Istio pod whose
-// netns this script made, in eBPF mode and in iptables mode, sequential and
+// netns this bench made, in eBPF mode and in iptables mode, sequential and
 // 16-way concurrent. Also an unmeshed pod (forwarder + agent round trip, no
 // datapath write) as the floor. Beside them, the same pods through the real
 // istio-cni plugin (build/istio/istio-cni, `npm run build:peers`), chained
@@ -12,25 +11,24 @@
 // timed too. Needs root, `npm run build` (dist/, the addon, the BPF objects)
 // and build/bin/meshcap-cni.
 //
-//   node scripts/bench-cni.mjs [--pods 200] [--concurrency 16] [--modes ebpf,iptables,istio-cni] [--json FILE]
+//   node --import ./bench/lib/ts.mjs bench/cni/main.ts [--pods 200] [--concurrency 16] [--modes ebpf,iptables,istio-cni] [--json FILE]
 //
-// Everything it makes (netns, pins, state, socket, the control plane) is
-// removed at the end, also on Ctrl-C. Each pod netns has a veth pair (both
-// ends inside it) with the pod's address (istio-cni reads it to decide IPv6): no traffic leaves
-// any namespace.
-import { createStepProgress } from './lib/progress.mjs';
-import { execFileSync, spawn } from 'node:child_process';
-import { register } from 'node:module';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+// Everything it makes (netns, pins, state, socket, the control plane) is in
+// one lab (src/lab) and removed at the end, also on failure and Ctrl-C. Each
+// pod netns has a veth pair (both ends inside it) with the pod's address
+// (istio-cni reads it to decide IPv6): no traffic leaves any namespace.
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { fileURLToPath } from 'node:url';
+import { createStepProgress } from '../../scripts/lib/progress.mjs';
+import { addVeth, cleanupOnSignals, Lab } from '../../src/lab/index.js';
+import { projectRoot } from '../../src/paths.js';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const CNI = path.join(root, 'build/bin/meshcap-cni');
-const MESHCAP = path.join(root, 'bin/meshcap');
-const ISTIO_CNI = path.join(root, 'build/istio/istio-cni');
+const CNI = path.join(projectRoot, 'build/bin/meshcap-cni');
+const MESHCAP = path.join(projectRoot, 'bin/meshcap');
+const ISTIO_CNI = path.join(projectRoot, 'build/istio/istio-cni');
 
 const { values: opt } = parseArgs({
   options: {
@@ -40,38 +38,50 @@ const { values: opt } = parseArgs({
     json: { type: 'string' },
   },
 });
+type Mode = 'ebpf' | 'iptables' | 'istio-cni';
 const N = Number(opt.pods);
 const CONC = Number(opt.concurrency);
-const MODES = opt.modes.split(',');
+const MODES = opt.modes.split(',') as Mode[];
 if (!(N >= 1 && CONC >= 1)) throw new Error('--pods and --concurrency must be positive');
 if (process.getuid?.() !== 0) throw new Error('run as root: the bench makes network namespaces and loads BPF programs');
 for (const m of MODES) if (!['ebpf', 'iptables', 'istio-cni'].includes(m)) throw new Error(`--modes: unknown mode ${m} (ebpf, iptables, istio-cni)`);
-for (const f of [CNI, path.join(root, 'dist/cli/main.js')]) if (!existsSync(f)) throw new Error(`${f} is missing: npm run build`);
+for (const f of [CNI, path.join(projectRoot, 'dist/cli/main.js')]) if (!existsSync(f)) throw new Error(`${f} is missing: npm run build`);
 if (MODES.includes('istio-cni') && !existsSync(ISTIO_CNI)) throw new Error(`${ISTIO_CNI} is missing: npm run build:peers (or leave istio-cni out of --modes)`);
 
-const id = `${process.pid}`;
+const lab = new Lab('mcbench', String(process.pid));
+const stopOnSignals = cleanupOnSignals(() => lab.close(), (msg) => process.stderr.write(`bench:cni: ${msg}\n`));
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-bench-'));
-const netns = [];
-let agent;
-let pinRoot;
-let controlPlane;
+lab.add(`temp dir ${tmp}`, () => rmSync(tmp, { recursive: true, force: true }));
+// Undone in reverse: the agent stops before its pins are uninstalled.
+let pinRoot: string | undefined;
+lab.add('pins', () => {
+  if (pinRoot) execFileSync(process.execPath, [MESHCAP, 'uninstall', '--pin-root', pinRoot], { stdio: 'ignore' });
+});
+let controlPlane: { stop(): Promise<void> } | undefined;
+lab.add('control plane', () => controlPlane?.stop());
+let agent: ChildProcess | undefined;
+let agentErr = '';
+lab.add('agent', async () => {
+  const a = agent;
+  if (!a || a.exitCode !== null) return;
+  a.kill('SIGKILL');
+  await new Promise((res) => a.once('exit', res));
+});
 
-function cleanup() {
-  if (agent && agent.exitCode === null) agent.kill('SIGKILL');
-  // the control plane's own exit hooks kill etcd and kube-apiserver and remove its dir
-  controlPlane?.stop().catch(() => undefined);
-  for (const ns of netns.splice(0)) {
-    try { execFileSync('ip', ['netns', 'del', ns], { stdio: 'ignore' }); } catch { /* gone */ }
-  }
-  if (pinRoot) {
-    try { execFileSync(process.execPath, [MESHCAP, 'uninstall', '--pin-root', pinRoot], { stdio: 'ignore' }); } catch { /* nothing pinned */ }
-  }
-  rmSync(tmp, { recursive: true, force: true });
+interface Row {
+  mode: Mode;
+  op?: 'DEL';
+  pod: 'unmeshed' | 'meshed-out' | 'meshed';
+  concurrency: number;
+  n: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+  perSec: number;
 }
-process.once('SIGINT', () => { cleanup(); process.exit(130); });
-process.once('SIGTERM', () => { cleanup(); process.exit(143); });
 
-const podYaml = (name, meshed, noInbound = false) => `apiVersion: v1
+const podYaml = (name: string, meshed: boolean, noInbound = false) => `apiVersion: v1
 kind: Pod
 metadata:
   name: ${name}
@@ -82,12 +92,14 @@ ${meshed ? "  annotations:\n    sidecar.istio.io/status: '{\"containers\":[\"ist
 ${meshed ? '  - {name: istio-proxy, image: proxyv2}\n' : ''}`;
 
 /** One plugin run, timed from spawn to exit. */
-function runCni(env, stdin, bin = CNI) {
+function runCni(env: NodeJS.ProcessEnv, stdin: string, bin = CNI): Promise<{ code: number | null; out: string; ms: number }> {
   return new Promise((resolve, reject) => {
     const t0 = process.hrtime.bigint();
     const p = spawn(bin, [], { env, stdio: ['pipe', 'pipe', 'ignore'] });
     let out = '';
-    p.stdout.on('data', (d) => { out += d; });
+    p.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
     p.on('error', reject);
     p.on('exit', (code) => {
       const ms = Number(process.hrtime.bigint() - t0) / 1e6;
@@ -97,7 +109,7 @@ function runCni(env, stdin, bin = CNI) {
   });
 }
 
-function cniEnv(command, socket, i, pod, ns) {
+function cniEnv(command: string, i: string, pod: string, ns: string): NodeJS.ProcessEnv {
   return {
     CNI_COMMAND: command,
     CNI_CONTAINERID: `bench${i}-${pod}`,
@@ -108,44 +120,44 @@ function cniEnv(command, socket, i, pod, ns) {
   };
 }
 
-const podIP = (i) => `198.18.${100 + (i >> 8)}.${i & 255}`;
-const prevResult = (ns, i) => ({ cniVersion: '1.0.0', interfaces: [{ name: 'eth0', sandbox: ns }], ips: [{ address: `${podIP(i)}/16`, interface: 0 }] });
+const podIP = (i: number) => `198.18.${100 + (i >> 8)}.${i & 255}`;
+const prevResult = (ns: string, i: number) => ({ cniVersion: '1.0.0', interfaces: [{ name: 'eth0', sandbox: ns }], ips: [{ address: `${podIP(i)}/16`, interface: 0 }] });
 
-function conf(socket, ns, i) {
+function conf(socket: string, ns: string, i: number): string {
   return JSON.stringify({
     cniVersion: '1.0.0', name: 'bench', type: 'meshcap-cni', agentSocket: socket, agentTimeoutMs: 30000,
     prevResult: prevResult(ns, i),
   });
 }
 
-async function pool(items, width, fn) {
-  const out = new Array(items.length);
+async function pool<T, R>(items: T[], width: number, fn: (item: T, i: number) => Promise<R>): Promise<R[]> {
+  const out = new Array<R>(items.length);
   let next = 0;
   await Promise.all(Array.from({ length: Math.min(width, items.length) }, async () => {
     while (next < items.length) {
       const i = next++;
-      out[i] = await fn(items[i], i);
+      out[i] = await fn(items[i]!, i);
     }
   }));
   return out;
 }
 
-const pct = (sorted, p) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
-function summary(ms, wallMs) {
+const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
+function summary(ms: number[], wallMs: number) {
   const s = [...ms].sort((a, b) => a - b);
-  return { n: s.length, p50: pct(s, 50), p90: pct(s, 90), p99: pct(s, 99), max: s.at(-1), perSec: (s.length * 1000) / wallMs };
+  return { n: s.length, p50: pct(s, 50), p90: pct(s, 90), p99: pct(s, 99), max: s.at(-1)!, perSec: (s.length * 1000) / wallMs };
 }
 /** Runs fn, returns its latencies' summary with the row's throughput. */
-async function timed(fn) {
+async function timed(fn: () => Promise<number[]>) {
   const t0 = performance.now();
   const ms = await fn();
   return summary(ms, performance.now() - t0);
 }
 
-async function waitReady(socket) {
+async function waitReady(socket: string): Promise<void> {
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
-    if (agent.exitCode !== null) throw new Error(`agent exited (${agent.exitCode}): ${agentErr}`);
+    if (agent?.exitCode !== null) throw new Error(`agent exited (${agent?.exitCode}): ${agentErr}`);
     const r = await runCni({ CNI_COMMAND: 'STATUS', CNI_PATH: '/opt/cni/bin' }, JSON.stringify({ cniVersion: '1.1.0', name: 'bench', type: 'meshcap-cni', agentSocket: socket }));
     if (r.code === 0) return;
     await new Promise((res) => setTimeout(res, 100));
@@ -153,74 +165,77 @@ async function waitReady(socket) {
   throw new Error('agent not ready within 60 s');
 }
 
-let agentErr = '';
-const results = [];
+const results: Row[] = [];
+const progress = createStepProgress({ name: 'bench:cni', total: MODES.length * 5 });
 
-async function benchMode(mode) {
+async function benchMode(mode: 'ebpf' | 'iptables', nss: string[]): Promise<void> {
   const dir = path.join(tmp, mode);
   const socket = path.join(dir, 'cni.sock');
-  pinRoot = `/sys/fs/bpf/meshcap-bench-${id}-${mode}`;
+  pinRoot = `/sys/fs/bpf/meshcap-bench-${process.pid}-${mode}`;
   const names = Array.from({ length: N }, (_, i) => `pod-${i}`);
-  execFileSync('mkdir', ['-p', dir]);
+  mkdirSync(dir, { recursive: true });
   writeFileSync(path.join(dir, 'pods.yaml'), [...names.map((n) => podYaml(n, true)), ...names.map((n) => podYaml(`${n}-out`, true, true)), podYaml('plain', false)].join('---\n'));
   agentErr = '';
-  agent = spawn(process.execPath, [MESHCAP, 'agent', '--standalone', '--pods', path.join(dir, 'pods.yaml'), '--socket', socket,
+  const a = spawn(process.execPath, [MESHCAP, 'agent', '--standalone', '--pods', path.join(dir, 'pods.yaml'), '--socket', socket,
     '--pin-root', pinRoot, '--mode', mode, '--state-dir', path.join(dir, 'state'), '--exclude-namespaces', 'kube-system'],
   { stdio: ['ignore', 'ignore', 'pipe'] }); // the agent's per-request log lines are written (to /dev/null), as in production
-  agent.stderr.on('data', (d) => { agentErr += d; });
+  agent = a;
+  a.stderr!.on('data', (d: Buffer) => {
+    agentErr += d.toString();
+  });
   await waitReady(socket);
 
-  const nss = names.map((_, i) => `/var/run/netns/mcbench-${id}-${i}`);
-  const add = (width, tag) => pool(names, width, async (pod, i) => {
-    const r = await runCni(cniEnv('ADD', socket, `${tag}${i}`, pod, nss[i]), conf(socket, nss[i], i));
+  const ns = (i: number) => nss[i]!;
+  const add = (width: number, tag: string) => pool(names, width, async (pod, i) => {
+    const r = await runCni(cniEnv('ADD', `${tag}${i}`, pod, ns(i)), conf(socket, ns(i), i));
     if (r.code !== 0) throw new Error(`ADD ${pod} (${mode}) failed: ${r.out}`);
     return r.ms;
   });
   const addOutOnly = () => pool(names, 1, async (pod, i) => {
-    const r = await runCni(cniEnv('ADD', socket, `o${i}`, `${pod}-out`, nss[i]), conf(socket, nss[i], i));
+    const r = await runCni(cniEnv('ADD', `o${i}`, `${pod}-out`, ns(i)), conf(socket, ns(i), i));
     if (r.code !== 0) throw new Error(`ADD ${pod}-out (${mode}) failed: ${r.out}`);
     return r.ms;
   });
-  const del = (tag, suffix = '', width = 16) => pool(names, width, async (pod, i) => {
+  const del = (tag: string, suffix = '', width = 16) => pool(names, width, async (pod, i) => {
     pod += suffix;
-    const r = await runCni(cniEnv('DEL', socket, `${tag}${i}`, pod, nss[i]), conf(socket, nss[i], i));
+    const r = await runCni(cniEnv('DEL', `${tag}${i}`, pod, ns(i)), conf(socket, ns(i), i));
     if (r.code !== 0) throw new Error(`DEL ${pod} (${mode}) failed: ${r.out}`);
     return r.ms;
   });
 
   // warm-up: first requests pay for JIT and lazy module loads in the agent
-  for (let i = 0; i < 5; i++) await runCni(cniEnv('ADD', socket, `w${i}`, 'plain', nss[0]), conf(socket, nss[0], 0));
+  for (let i = 0; i < 5; i++) await runCni(cniEnv('ADD', `w${i}`, 'plain', ns(0)), conf(socket, ns(0), 0));
 
   const plain = async () => {
-    const ms = [];
+    const ms: number[] = [];
     for (let i = 0; i < N; i++) {
-      const r = await runCni(cniEnv('ADD', socket, `p${i}`, 'plain', nss[i]), conf(socket, nss[i], i));
+      const r = await runCni(cniEnv('ADD', `p${i}`, 'plain', ns(i)), conf(socket, ns(i), i));
       if (r.code !== 0) throw new Error(`ADD plain failed: ${r.out}`);
       ms.push(r.ms);
     }
     return ms;
   };
-  progress.step(`${mode}: ${N} ADDs, ${'unmeshed, sequential'}`);
+  progress.step(`${mode}: ${N} ADDs, unmeshed, sequential`);
   results.push({ mode, pod: 'unmeshed', concurrency: 1, ...(await timed(plain)) });
   // no inbound capture: no per-pod sk_lookup program to load (eBPF), no inbound rules (iptables)
-  progress.step(`${mode}: ${N} ADDs, ${'meshed outbound-only, sequential'}`);
+  progress.step(`${mode}: ${N} ADDs, meshed outbound-only, sequential`);
   results.push({ mode, pod: 'meshed-out', concurrency: 1, ...(await timed(addOutOnly)) });
   await del('o', '-out');
-  progress.step(`${mode}: ${N} ADDs, ${'meshed, sequential'}`);
+  progress.step(`${mode}: ${N} ADDs, meshed, sequential`);
   results.push({ mode, pod: 'meshed', concurrency: 1, ...(await timed(() => add(1, 's'))) });
   progress.step(`${mode}: ${N} DELs, meshed, sequential`);
   results.push({ mode, op: 'DEL', pod: 'meshed', concurrency: 1, ...(await timed(() => del('s', '', 1))) });
-  progress.step(`${mode}: ${N} ADDs, ${`meshed, ${CONC} at once`}`);
+  progress.step(`${mode}: ${N} ADDs, meshed, ${CONC} at once`);
   results.push({ mode, pod: 'meshed', concurrency: CONC, ...(await timed(() => add(CONC, 'c'))) });
   await del('c');
 
-  agent.kill('SIGTERM');
-  await new Promise((res) => (agent.exitCode !== null ? res() : agent.once('exit', res)));
+  a.kill('SIGTERM');
+  await new Promise((res) => (a.exitCode !== null ? res(undefined) : a.once('exit', res)));
   execFileSync(process.execPath, [MESHCAP, 'uninstall', '--pin-root', pinRoot], { stdio: 'ignore' });
   pinRoot = undefined;
 }
 
-let controlPlaneMs;
+let controlPlaneMs: number | undefined;
 
 /**
  * The real istio-cni plugin on the same pods: a chained plugin after the
@@ -230,26 +245,26 @@ let controlPlaneMs;
  * mode, and its rules stay in the netns (a real pod's netns goes with the
  * pod): they are flushed between rows, outside the timings.
  */
-async function benchIstioCni() {
-  register(new URL('../bench/lib/ts-hooks.mjs', import.meta.url));
-  const { ControlPlane } = await import('../test/helpers/k8s-control-plane.ts');
+async function benchIstioCni(nss: string[], nsNames: string[]): Promise<void> {
+  const { ControlPlane } = await import('../../test/helpers/k8s-control-plane.js');
   const { CoreV1Api } = await import('@kubernetes/client-node');
   const t0 = performance.now();
-  controlPlane = await ControlPlane.start();
+  const cp = await ControlPlane.start();
+  controlPlane = cp;
   controlPlaneMs = performance.now() - t0;
   const runDir = path.join(tmp, 'istio-cni');
-  execFileSync('mkdir', ['-p', runDir]);
+  mkdirSync(runDir, { recursive: true });
   writeFileSync(path.join(runDir, 'istio-cni-kubeconfig'), JSON.stringify({
     apiVersion: 'v1', kind: 'Config', 'current-context': 'bench',
-    clusters: [{ name: 'bench', cluster: { server: controlPlane.apiserverUrl, 'certificate-authority': controlPlane.caFile } }],
-    users: [{ name: 'bench', user: { 'client-certificate': path.join(controlPlane.pki, 'admin.crt'), 'client-key': path.join(controlPlane.pki, 'admin.key') } }],
+    clusters: [{ name: 'bench', cluster: { server: cp.apiserverUrl, 'certificate-authority': cp.caFile } }],
+    users: [{ name: 'bench', user: { 'client-certificate': path.join(cp.pki, 'admin.crt'), 'client-key': path.join(cp.pki, 'admin.key') } }],
     contexts: [{ name: 'bench', context: { cluster: 'bench', user: 'bench' } }],
   }));
-  const core = controlPlane.adminKubeConfig().makeApiClient(CoreV1Api);
+  const core = cp.adminKubeConfig().makeApiClient(CoreV1Api);
   await core.createNamespace({ body: { metadata: { name: 'bench' } } });
   // no controller-manager here to make the namespace's default service account, which admission wants
   await core.createNamespacedServiceAccount({ namespace: 'bench', body: { metadata: { name: 'default' } } });
-  const pod = (name, meshed, noInbound = false) => ({
+  const pod = (name: string, meshed: boolean, noInbound = false) => ({
     metadata: {
       name, namespace: 'bench',
       annotations: {
@@ -263,30 +278,30 @@ async function benchIstioCni() {
   await pool([...names.map((n) => pod(n, true)), ...names.map((n) => pod(`${n}-out`, true, true)), pod('plain', false)], 8,
     (body) => core.createNamespacedPod({ namespace: 'bench', body }));
 
-  const nss = names.map((_, i) => `/var/run/netns/mcbench-${id}-${i}`);
-  const istioConf = (i) => JSON.stringify({
+  const istioConf = (i: number) => JSON.stringify({
     cniVersion: '1.0.0', name: 'bench', type: 'istio-cni', plugin_log_level: 'info', cni_agent_run_dir: runDir,
-    ambient_enabled: false, exclude_namespaces: ['kube-system'], pod_namespace: 'istio-system', prevResult: prevResult(nss[i], i),
+    ambient_enabled: false, exclude_namespaces: ['kube-system'], pod_namespace: 'istio-system', prevResult: prevResult(nss[i]!, i),
   });
   // istio-cni runs iptables-save/-restore: it needs a PATH (a runtime passes its own)
-  const env = (command, tag, name, i) => ({ ...cniEnv(command, '', tag, name, nss[i]), PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin' });
-  const run = async (command, tag, name, i) => {
+  const env = (command: string, tag: string, name: string, i: number) => ({ ...cniEnv(command, tag, name, nss[i]!), PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin' });
+  const run = async (command: string, tag: string, name: string, i: number) => {
     const r = await runCni(env(command, tag, name, i), istioConf(i), ISTIO_CNI);
     if (r.code !== 0) throw new Error(`istio-cni ${command} ${name} failed (exit ${r.code}): ${r.out}`);
     return r.ms;
   };
-  const flush = () => pool(netns, 8, (ns) => new Promise((resolve, reject) => {
-    const p = spawn('ip', ['netns', 'exec', ns, 'sh', '-c',
-      'for b in iptables-nft ip6tables-nft iptables-legacy ip6tables-legacy; do if $b-save 2>/dev/null | grep -q ISTIO; then printf \'*nat\\nCOMMIT\\n*mangle\\nCOMMIT\\n\' | $b-restore || exit 1; fi; done'], { stdio: 'ignore' });
+  const flush = () => pool(nsNames, 8, (ns) => new Promise<void>((resolve, reject) => {
+    const p = spawn('ip', lab.argv(ns, ['sh', '-c',
+      'for b in iptables-nft ip6tables-nft iptables-legacy ip6tables-legacy; do if $b-save 2>/dev/null | grep -q ISTIO; then printf \'*nat\\nCOMMIT\\n*mangle\\nCOMMIT\\n\' | $b-restore || exit 1; fi; done']), { stdio: 'ignore' });
     p.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`flushing Istio's rules in ${ns} failed`))));
   }));
 
   // the ADDs must really program (or really skip): Istio's chains in the pod netns, or none
-  const istioChains = (ns) => execFileSync('ip', ['netns', 'exec', ns, 'sh', '-c', 'iptables-nft-save 2>/dev/null; iptables-legacy-save 2>/dev/null'], { encoding: 'utf8' })
+  const last = nsNames.at(-1)!;
+  const istioChains = (ns: string) => execFileSync('ip', lab.argv(ns, ['sh', '-c', 'iptables-nft-save 2>/dev/null; iptables-legacy-save 2>/dev/null']), { encoding: 'utf8' })
     .split('\n').filter((l) => l.startsWith('-A ISTIO_')).length;
-  const expectChains = (what, want) => {
-    const n = istioChains(netns.at(-1));
-    if (want ? n === 0 : n > 0) throw new Error(`istio-cni ${what}: ${n} ISTIO_ rules in ${netns.at(-1)}, expected ${want ? 'some' : 'none'}`);
+  const expectChains = (what: string, want: boolean) => {
+    const n = istioChains(last);
+    if (want ? n === 0 : n > 0) throw new Error(`istio-cni ${what}: ${n} ISTIO_ rules in ${last}, expected ${want ? 'some' : 'none'}`);
   };
 
   for (let i = 0; i < 5; i++) await run('ADD', `w${i}`, 'plain', 0);
@@ -305,27 +320,26 @@ async function benchIstioCni() {
   progress.step(`istio-cni: ${N} ADDs, meshed, ${CONC} at once`);
   results.push({ mode: 'istio-cni', pod: 'meshed', concurrency: CONC, ...(await timed(() => pool(names, CONC, (n, i) => run('ADD', `c${i}`, n, i)))) });
   await flush();
-  await controlPlane.stop();
+  await cp.stop();
   controlPlane = undefined;
 }
 
 const loadBefore = os.loadavg();
-const progress = createStepProgress({ name: 'bench:cni', total: MODES.length * 5 });
 try {
+  const nss: string[] = [];
+  const nsNames: string[] = [];
   for (let i = 0; i < N; i++) {
-    const ns = `mcbench-${id}-${i}`;
-    execFileSync('ip', ['netns', 'add', ns]);
-    netns.push(ns);
+    const ns = await lab.netns(String(i), { lo: false });
     // the pod's address on a link of its own (a veth pair with both ends in
     // the pod netns: nothing can leave), as the main plugin leaves it;
     // istio-cni decides IPv6 from it
-    execFileSync('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'peer0']);
-    execFileSync('ip', ['-n', ns, 'addr', 'add', `${podIP(i)}/16`, 'dev', 'eth0']);
-    execFileSync('ip', ['-n', ns, 'link', 'set', 'eth0', 'up']);
+    await addVeth({ ns: ns.name, ifname: 'eth0', v4: [`${podIP(i)}/16`] }, { ns: ns.name, ifname: 'peer0' });
+    nss.push(ns.path);
+    nsNames.push(ns.name);
   }
-  for (const mode of MODES) await (mode === 'istio-cni' ? benchIstioCni() : benchMode(mode));
+  for (const mode of MODES) await (mode === 'istio-cni' ? benchIstioCni(nss, nsNames) : benchMode(mode, nss));
   progress.done();
-  const f = (x) => x.toFixed(2).padStart(7);
+  const f = (x: number) => x.toFixed(2).padStart(7);
   console.log(`CNI ADD/DEL, exec to exit, ${N} pods per row, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
   console.log(`${'mode'.padEnd(10)}${'op'.padEnd(4)}${'pod'.padEnd(12)}${'conc'.padStart(5)}${'n'.padStart(6)}   p50 ms   p90 ms   p99 ms   max ms  ops/s`);
   for (const r of results) {
@@ -336,6 +350,11 @@ try {
   console.log(`load average before the run: ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
   if (e) console.log(`\ntarget eBPF p50 <= 5 ms: ${e.p50 <= 5 ? 'met' : 'MISSED'} (${e.p50.toFixed(2)}); p99 <= 20 ms: ${e.p99 <= 20 ? 'met' : 'MISSED'} (${e.p99.toFixed(2)})`);
   if (opt.json) writeFileSync(opt.json, JSON.stringify({ pods: N, concurrency: CONC, kernel: os.release(), loadBefore, results }, null, 2));
+} catch (e) {
+  console.error(`bench-cni: ${(e as Error).message}`);
+  process.exitCode = 1;
 } finally {
-  cleanup();
+  const steps = await lab.close();
+  for (const s of steps.filter((x) => x.error)) console.error(`bench-cni: cleanup: ${s.label}: ${s.error}`);
+  stopOnSignals();
 }
