@@ -26,13 +26,13 @@ const mode = fc.constantFrom('REDIRECT', 'REDIRECT', 'REDIRECT', 'REDIRECT', 'TP
 
 export const fateCase: fc.Arbitrary<FlagCase> = fc.record({
   include, exclude, inboundPorts, inboundExclude, outboundPorts, outboundExclude, mode, dualStack: fc.boolean(),
-}).map((g) => ({
+}).map((g): FlagCase => ({
   args: [
     '-p', '15001', '-z', '15006', '-u', '1337', '-g', '1337', '-m', g.mode,
     '-i', g.include, '-x', g.exclude, '-b', g.inboundPorts, '-d', g.inboundExclude,
     ...(g.outboundPorts ? ['-q', g.outboundPorts] : []), ...(g.outboundExclude ? ['-o', g.outboundExclude] : []),
   ],
-  env: g.dualStack ? { ISTIO_DUAL_STACK: 'true' } : {},
+  env: g.dualStack ? { ISTIO_DUAL_STACK: 'true' } : ({} as Record<string, string>),
   family: 'dual',
   nameservers: [],
 }));
