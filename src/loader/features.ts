@@ -72,8 +72,8 @@ export const OPTIONAL_FEATURES = {
   getsockoptRetval: helper('CGROUP_SOCKOPT', 'set_retval', '5.18',
     'SO_ORIGINAL_DST on a socket without an original destination answers ENOENT (EINVAL for a short buffer) as conntrack does, also without nf_conntrack; before it a program-set error becomes EFAULT, so the kernel\'s own answer stands'),
   /** mc_read_flowlabel */
-  getsockoptProbeRead: helper('CGROUP_SOCKOPT', 'probe_read_kernel', '5.5',
-    'IP6T_SO_ORIGINAL_DST\'s sin6_flowinfo is the proxy socket\'s flow label, as ipv6_getorigdst() answers; without it 0'),
+  getsockoptProbeRead: helper('CGROUP_SOCKOPT', 'probe_read_kernel', '5.8',
+    'IP6T_SO_ORIGINAL_DST\'s sin6_flowinfo is the proxy socket\'s flow label, as ipv6_getorigdst() answers; without it (or under lockdown) 0'),
 } satisfies Record<string, FeatureSpec>;
 export type OptionalFeature = keyof typeof OPTIONAL_FEATURES;
 
