@@ -197,29 +197,36 @@ export class PodUnderTest {
       });
       // The proxy writes its line before it forwards, but the pipe is read
       // asynchronously: a connection that looks proxied waits for its line
-      // (up to 2 s) before the next one starts.
-      let f = fateOf(r, this.eventFor(r, mark), false);
+      // (up to 2 s) before the next one starts; only then may an event with
+      // another source port count (see eventFor).
+      const dialed = hp(c.host, c.port);
+      let f = fateOf(r, this.eventFor(r, mark, dialed, false), false);
       for (let k = 0; f === null && k < scaled(40); k++) {
         await new Promise((res) => setTimeout(res, 50));
-        f = fateOf(r, this.eventFor(r, mark), false);
+        f = fateOf(r, this.eventFor(r, mark, dialed, false), false);
       }
-      fates.push(f ?? (fateOf(r, this.eventFor(r, mark), true) as Fate));
+      fates.push(f ?? (fateOf(r, this.eventFor(r, mark, dialed, true), true) as Fate));
     }
     return fates;
   }
 
   /**
    * The proxy's event for a connection: the first accept (or SO_ORIGINAL_DST
-   * error) since it started whose peer is the client's socket; failing that,
-   * one from the client's address on another port (REDIRECT moves the source
-   * port when the translated tuple clashes with an older conntrack entry).
+   * error) since it started whose peer is the client's socket. With
+   * `fallback`, when there is none: an accept from the client's address on
+   * another port whose original destination is what the client dialed
+   * (REDIRECT moves the source port when the translated tuple clashes with an
+   * older conntrack entry); requiring the dialed destination keeps a late
+   * line of an earlier connection from being taken for this one.
    */
-  private eventFor(r: ConnectResult, mark: number): ProxyEvent | undefined {
+  private eventFor(r: ConnectResult, mark: number, dialed: string, fallback: boolean): ProxyEvent | undefined {
     if (!r.local) return undefined;
     const events = this.proxy.lines.slice(mark).filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as ProxyEvent)
       .filter((e) => (e.event === 'accept' || e.event === 'error') && e.peer);
     const local = plain(r.local);
-    return events.find((e) => plain(e.peer!) === local) ?? events.find((e) => hostOf(plain(e.peer!)) === hostOf(local));
+    const exact = events.find((e) => plain(e.peer!) === local);
+    if (exact || !fallback) return exact;
+    return events.find((e) => e.event === 'accept' && hostOf(plain(e.peer!)) === hostOf(local) && norm(e.orig!) === dialed);
   }
 
   async close(): Promise<void> {
