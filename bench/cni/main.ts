@@ -11,20 +11,22 @@
 // timed too. Needs root, `npm run build` (dist/, the addon, the BPF objects)
 // and build/bin/meshcap-cni.
 //
-//   node --import ./bench/lib/ts.mjs bench/cni/main.ts [--pods 200] [--concurrency 16] [--modes ebpf,iptables,istio-cni] [--json FILE]
+//   node --import ./bench/lib/ts.mjs bench/cni/main.ts [--pods 200] [--concurrency 16] [--modes ebpf,iptables,istio-cni] [--json FILE] [--plot FILE.svg]
+//   ... bench/cni/main.ts --plot-only FILE.json --plot FILE.svg   (redraw from a stored run)
 //
 // Everything it makes (netns, pins, state, socket, the control plane) is in
 // one lab (src/lab) and removed at the end, also on failure and Ctrl-C. Each
 // pod netns has a veth pair (both ends inside it) with the pod's address
 // (istio-cni reads it to decide IPv6): no traffic leaves any namespace.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { createStepProgress } from '../../scripts/lib/progress.mjs';
 import { addVeth, cleanupOnSignals, Lab } from '../../src/lab/index.js';
 import { projectRoot } from '../../src/paths.js';
+import { plotCni } from './plot.js';
 
 const CNI = path.join(projectRoot, 'build/bin/meshcap-cni');
 const MESHCAP = path.join(projectRoot, 'bin/meshcap');
@@ -36,8 +38,15 @@ const { values: opt } = parseArgs({
     concurrency: { type: 'string', default: '16' },
     modes: { type: 'string', default: 'ebpf,iptables,istio-cni' },
     json: { type: 'string' },
+    plot: { type: 'string' },
+    'plot-only': { type: 'string' },
   },
 });
+if (opt['plot-only']) {
+  if (!opt.plot) throw new Error('--plot-only FILE.json needs --plot FILE.svg');
+  plotCni(JSON.parse(readFileSync(opt['plot-only'], 'utf8')), opt.plot);
+  process.exit(0);
+}
 type Mode = 'ebpf' | 'iptables' | 'istio-cni';
 const N = Number(opt.pods);
 const CONC = Number(opt.concurrency);
@@ -46,6 +55,13 @@ if (!(N >= 1 && CONC >= 1)) throw new Error('--pods and --concurrency must be po
 if (process.getuid?.() !== 0) throw new Error('run as root: the bench makes network namespaces and loads BPF programs');
 for (const m of MODES) if (!['ebpf', 'iptables', 'istio-cni'].includes(m)) throw new Error(`--modes: unknown mode ${m} (ebpf, iptables, istio-cni)`);
 for (const f of [CNI, path.join(projectRoot, 'dist/cli/main.js')]) if (!existsSync(f)) throw new Error(`${f} is missing: npm run build`);
+if (opt.plot) {
+  try {
+    execFileSync('sh', ['-c', 'command -v gnuplot'], { stdio: 'ignore' });
+  } catch {
+    throw new Error('--plot needs gnuplot: run npm run setup (package gnuplot-nox)');
+  }
+}
 if (MODES.includes('istio-cni') && !existsSync(ISTIO_CNI)) throw new Error(`${ISTIO_CNI} is missing: npm run build:peers (or leave istio-cni out of --modes)`);
 
 const lab = new Lab('mcbench', String(process.pid));
@@ -79,6 +95,8 @@ interface Row {
   p99: number;
   max: number;
   perSec: number;
+  /** every exec-to-exit time of the row, ms (the plot's distribution) */
+  samples: number[];
 }
 
 const podYaml = (name: string, meshed: boolean, noInbound = false) => `apiVersion: v1
@@ -145,7 +163,7 @@ async function pool<T, R>(items: T[], width: number, fn: (item: T, i: number) =>
 const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 function summary(ms: number[], wallMs: number) {
   const s = [...ms].sort((a, b) => a - b);
-  return { n: s.length, p50: pct(s, 50), p90: pct(s, 90), p99: pct(s, 99), max: s.at(-1)!, perSec: (s.length * 1000) / wallMs };
+  return { n: s.length, p50: pct(s, 50), p90: pct(s, 90), p99: pct(s, 99), max: s.at(-1)!, perSec: (s.length * 1000) / wallMs, samples: ms.map((x) => Math.round(x * 1000) / 1000) };
 }
 /** Runs fn, returns its latencies' summary with the row's throughput. */
 async function timed(fn: () => Promise<number[]>) {
@@ -325,6 +343,7 @@ async function benchIstioCni(nss: string[], nsNames: string[]): Promise<void> {
 }
 
 const loadBefore = os.loadavg();
+const startedAt = new Date().toISOString();
 try {
   const nss: string[] = [];
   const nsNames: string[] = [];
@@ -349,7 +368,9 @@ try {
   const e = results.find((r) => r.mode === 'ebpf' && r.pod === 'meshed' && r.concurrency === 1);
   console.log(`load average before the run: ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
   if (e) console.log(`\ntarget eBPF p50 <= 5 ms: ${e.p50 <= 5 ? 'met' : 'MISSED'} (${e.p50.toFixed(2)}); p99 <= 20 ms: ${e.p99 <= 20 ? 'met' : 'MISSED'} (${e.p99.toFixed(2)})`);
-  if (opt.json) writeFileSync(opt.json, JSON.stringify({ pods: N, concurrency: CONC, kernel: os.release(), loadBefore, results }, null, 2));
+  const data = { pods: N, concurrency: CONC, kernel: os.release(), loadBefore, startedAt, results };
+  if (opt.json) writeFileSync(opt.json, JSON.stringify(data, (k, v: unknown) => (k === 'samples' ? JSON.stringify(v) : v), 2).replace(/"samples": "(\[[^"]*\])"/g, '"samples": $1'));
+  if (opt.plot) plotCni(data, opt.plot);
 } catch (e) {
   console.error(`bench-cni: ${(e as Error).message}`);
   process.exitCode = 1;

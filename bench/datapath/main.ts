@@ -18,7 +18,7 @@
 //
 //   node --import ./bench/lib/ts.mjs bench/datapath/main.ts [--rounds 5] [--seconds 0.5] [--quick]
 //        [--tests rr1,rr100,crr,stream] [--legs echo,full] [--modes noproxy,direct,iptables,ebpf]
-//        [--cpus APP,PROXY,SERVER (CPU numbers or any)] [--profile TEST] [--json FILE] [--plot FILE.png]
+//        [--cpus APP,PROXY,SERVER (CPU numbers or any)] [--profile TEST] [--json FILE] [--plot FILE.png (and FILE-latency.svg)]
 //   ... bench/datapath/main.ts --plot-only FILE.json --plot FILE.png
 //
 // The parts: matrix.ts (what is measured), cells.ts (the lab and the path
@@ -39,7 +39,7 @@ import { createStepProgress } from '../../scripts/lib/progress.mjs';
 import { cleanupOnSignals, Lab } from '../../src/lab/index.js';
 import { projectRoot } from '../../src/paths.js';
 import { LEGS, MODES, TESTS, type Leg, type Mode, type TestName } from './matrix.js';
-import { plot } from './plot.js';
+import { plot, plotLatency } from './plot.js';
 import { cgroupRootPrograms, machine, otherTests, summarize, table, type BenchData } from './report.js';
 
 const SRC = path.join(projectRoot, 'bench/datapath');
@@ -72,10 +72,14 @@ const have = (tool: string): boolean => {
   }
 };
 
+// --plot FILE.png also draws the latency distribution beside it: FILE-latency.svg.
+const latencyFile = (file: string): string => file.replace(/(\.[a-z]+)?$/, '-latency.svg');
+
 if (opt['plot-only']) {
   if (!opt.plot) throw new Error('--plot-only FILE.json needs --plot FILE.png');
   const data = JSON.parse(readFileSync(opt['plot-only'], 'utf8')) as BenchData;
   plot(data, opt.plot);
+  plotLatency(data, latencyFile(opt.plot));
   console.log(table(data.summary, data.options.legs, data.options.tests, data.options.modes));
   process.exit(0);
 }
@@ -167,7 +171,8 @@ async function main(): Promise<void> {
     otherTests: { atStart: busy, atEnd: otherTests() },
     foreignCgroupPrograms: foreign,
     paths: cells.map((c) => ({ leg: c.leg, mode: c.mode, target: `${c.target.host}:${c.target.port}`, tcpSegsPerExchange: c.segsPerOp })),
-    summary, results, profile,
+    // the per-round distributions are summarized (summary[].cdfUs), not stored
+    summary, results: results.map(({ cdf: _cdf, ...r }) => r), profile,
   };
   console.log(table(summary, legs, tests, modes));
   if (profile && profileTest) console.log(profileTable(profile, profileTest));
@@ -177,7 +182,8 @@ async function main(): Promise<void> {
   log.info({ event: 'written', json: jsonFile });
   if (opt.plot) {
     plot(data, opt.plot);
-    log.info({ event: 'written', plot: opt.plot });
+    plotLatency(data, latencyFile(opt.plot));
+    log.info({ event: 'written', plot: opt.plot, latency: latencyFile(opt.plot) });
   }
 }
 

@@ -212,9 +212,16 @@ int main(int argc, char **argv)
 	double secs = (double)(now - t_count) / 1e9;
 	qsort(lat, nlat, sizeof(*lat), cmp_u32);
 	printf("{\"test\":\"%s\",\"dst\":\"%s\",\"size\":%zu,\"seconds\":%.4f,\"ops\":%llu,\"opsPerSec\":%.1f,"
-	       "\"connects\":%llu,\"bytes\":%llu,\"gbitPerSec\":%.4f,\"p50us\":%.2f,\"p90us\":%.2f,\"p99us\":%.2f,\"maxus\":%.2f}\n",
+	       "\"connects\":%llu,\"bytes\":%llu,\"gbitPerSec\":%.4f,\"p50us\":%.2f,\"p90us\":%.2f,\"p99us\":%.2f,\"maxus\":%.2f,",
 	       test, dst_text, size, secs, ops, (double)ops / secs, connects, bytes, (double)bytes * 8 / secs / 1e9,
 	       pct(0.50), pct(0.90), pct(0.99), nlat ? lat[nlat - 1] / 1000.0 : 0);
+	/* the latency distribution for the bench's plot (empty for stream): [quantile, us] at 1%..99%, 99.5%, 99.9% */
+	printf("\"cdf\":[");
+	for (int q = 1; nlat && q <= 101; q++) {
+		double p = q <= 99 ? q / 100.0 : q == 100 ? 0.995 : 0.999;
+		printf("%s[%g,%.2f]", q > 1 ? "," : "", p, pct(p));
+	}
+	printf("]}\n");
 	return 0;
 
 usage:

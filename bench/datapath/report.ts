@@ -1,6 +1,7 @@
-// What a run reports: medians per (leg, test, mode) and per-round paired
-// ratios to direct, iptables and noproxy; the table on stdout; the machine
-// and what else ran on it, for the JSON.
+// What a run reports: medians per (leg, test, mode), per-round paired
+// ratios to direct, iptables and noproxy, the time per operation above
+// direct, the latency distribution; the table on stdout; the machine and
+// what else ran on it, for the JSON.
 import { execFileSync } from 'node:child_process';
 import os from 'node:os';
 import { LEGS, TESTS, type Leg, type Mode, type TestName } from './matrix.js';
@@ -28,6 +29,14 @@ export interface Summary {
   vsDirect: Ratio | null;
   vsIptables: Ratio | null;
   vsNoproxy: Ratio | null;
+  /**
+   * µs per operation above direct: per round 1e6/rate − 1e6/rate(direct),
+   * paired; mc-bench-load is one thread doing one operation at a time, so
+   * 1/rate is the mean time of one operation (stream: of one 64 KiB echoed).
+   */
+  overDirectUs: Ratio | null;
+  /** [quantile, µs]: per quantile the median over the rounds (empty for stream). */
+  cdfUs: [number, number][];
 }
 
 /** The bench's JSON (docs/data/bench-datapath*.json). */
@@ -74,12 +83,21 @@ export function summarize(results: RoundResult[]): Summary[] {
       });
       return paired.length ? { median: median(paired), min: Math.min(...paired), max: Math.max(...paired) } : null;
     };
+    const directs = byKey.get(key({ ...first, mode: 'direct' }));
+    const over = rs.flatMap((r) => {
+      const o = directs?.find((x) => x.round === r.round);
+      return o && r.opsPerSec > 0 && o.opsPerSec > 0 ? [1e6 / r.opsPerSec - 1e6 / o.opsPerSec] : [];
+    });
+    const cdfs = rs.map((r) => r.cdf ?? []).filter((c) => c.length);
+    const cdfUs = (cdfs[0] ?? []).map(([q], i): [number, number] => [q, median(cdfs.map((c) => c[i]?.[1] ?? NaN))]);
     out.push({
       leg: first.leg, testName: first.testName, mode: first.mode, test: first.test, size: first.size, rounds: rs.length,
       unit: first.test === 'stream' ? 'Gbit/s' : 'ops/s',
       rate: median(rates), rateMin: Math.min(...rates), rateMax: Math.max(...rates),
       p50us: median(rs.map((r) => r.p50us)), p99us: median(rs.map((r) => r.p99us)),
       vsDirect: ratio('direct'), vsIptables: ratio('iptables'), vsNoproxy: ratio('noproxy'),
+      overDirectUs: over.length ? { median: median(over), min: Math.min(...over), max: Math.max(...over) } : null,
+      cdfUs,
     });
   }
   return out;
@@ -96,7 +114,7 @@ export function table(summary: Summary[], legs: Leg[], tests: TestName[], modes:
       if (!rows.length) continue;
       const stream = rows[0]!.test === 'stream';
       lines.push(`-- ${TESTS[t].label}`);
-      lines.push(`${'mode'.padEnd(12)} ${(stream ? 'Gbit/s' : 'ops/s').padStart(9)} ${'spread'.padStart(7)} ${'p50 µs'.padStart(8)} ${'p99 µs'.padStart(8)} ${'×direct'.padStart(8)} ${'×iptables'.padStart(9)}`);
+      lines.push(`${'mode'.padEnd(12)} ${(stream ? 'Gbit/s' : 'ops/s').padStart(9)} ${'spread'.padStart(7)} ${'p50 µs'.padStart(8)} ${'p99 µs'.padStart(8)} ${'×direct'.padStart(8)} ${'×iptables'.padStart(9)} ${'µs/op>direct'.padStart(12)}`);
       for (const s of rows) {
         const spread = s.rate ? `±${(((s.rateMax - s.rateMin) / 2 / s.rate) * 100).toFixed(1)}%` : '-';
         lines.push([
@@ -107,6 +125,7 @@ export function table(summary: Summary[], legs: Leg[], tests: TestName[], modes:
           (stream ? '-' : f(s.p99us, 1)).padStart(8),
           r(s.vsDirect).padStart(8),
           r(s.vsIptables).padStart(9),
+          (s.overDirectUs && s.mode !== 'direct' ? `${s.overDirectUs.median >= 0 ? '+' : ''}${s.overDirectUs.median.toFixed(2)}` : '-').padStart(12),
         ].join(' '));
       }
     }

@@ -25,6 +25,8 @@ export interface LoadResult {
   gbitPerSec?: number;
   p50us: number;
   p99us: number;
+  /** [quantile, µs] at 1%..99%, 99.5%, 99.9% (empty for stream); summarized, then left out of the stored results */
+  cdf?: [number, number][];
 }
 
 export interface RoundResult extends LoadResult {

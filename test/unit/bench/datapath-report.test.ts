@@ -24,6 +24,21 @@ describe('bench:datapath report', () => {
     expect(table(s, ['echo'], ['rr1'], ['iptables', 'ebpf'])).toMatch(/ebpf\s+110\s+±/);
   });
 
+  it('overhead above direct is µs per operation, paired per round; the distribution is the median per quantile', () => {
+    const cdf = (us: number): [number, number][] => [[0.5, us], [0.99, us * 2]];
+    const s = summarize([
+      { ...r(0, 'direct', 100_000), cdf: cdf(10) }, { ...r(0, 'ebpf', 50_000), cdf: cdf(20) },
+      { ...r(1, 'direct', 50_000), cdf: cdf(12) }, { ...r(1, 'ebpf', 40_000), cdf: cdf(30) },
+      { ...r(2, 'direct', 100_000), cdf: cdf(11) }, { ...r(2, 'ebpf', 80_000), cdf: cdf(25) },
+    ]);
+    const ebpf = s.find((x) => x.mode === 'ebpf')!;
+    // per round: 20 − 10, 25 − 20, 12.5 − 10 µs
+    expect(ebpf.overDirectUs).toEqual({ median: 5, min: 2.5, max: 10 });
+    expect(s.find((x) => x.mode === 'direct')!.overDirectUs).toEqual({ median: 0, min: 0, max: 0 });
+    expect(ebpf.cdfUs).toEqual([[0.5, 25], [0.99, 50]]);
+    expect(table(s, ['echo'], ['rr1'], ['direct', 'ebpf'])).toMatch(/ebpf .* \+5\.00$/m);
+  });
+
   it('the drivers run from source through bench/lib/ts.mjs (options are checked before anything is made)', async () => {
     const p = await execa(process.execPath, ['--import', './bench/lib/ts.mjs', 'bench/datapath/main.ts', '--tests', 'nope'], { cwd: root, reject: false });
     expect(p.exitCode).toBe(1);
