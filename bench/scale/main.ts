@@ -1,0 +1,306 @@
+// npm run bench:scale — one node filling up with meshed eBPF pods: CNI ADD
+// latency (exec of build/bin/meshcap-cni to its exit, and the agent's own
+// durationMs for the same request) with 10, 1,000 and 10,000 pods already
+// registered; the agent's RSS at each size; `meshcap status` over all of
+// them; and the agent's cold start adopting what is pinned (SIGTERM, then a
+// new agent on the same state dir and pin root), timed from spawn to its
+// "ready" line.
+//
+//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--restart-at 1000,10000] [--json FILE]
+//
+// Needs root and the build (npm run build). The agent is the real one
+// (bin/meshcap agent --standalone, a pods file), as in bench:cni.
+//
+// Ten thousand network namespaces are ten thousand bind mounts: the bench
+// runs itself in a private mount namespace (unshare --mount) with its own
+// tmpfs on /var/run/netns, so none of them is visible to the rest of the
+// machine, and they all go when the bench and its agent exit, however they
+// exit. The namespaces have only lo (down): nothing leaves them. The outer
+// process removes the pin root and stops the agent if the inner one did not.
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const CNI = path.join(root, 'build/bin/meshcap-cni');
+const MESHCAP = path.join(root, 'bin/meshcap');
+
+const { values: opt } = parseArgs({
+  options: {
+    sizes: { type: 'string', default: '10,1000,10000' },
+    sample: { type: 'string', default: '200' },
+    'restart-at': { type: 'string', default: '1000,10000' },
+    concurrency: { type: 'string', default: '16' },
+    json: { type: 'string' },
+  },
+});
+const SIZES = opt.sizes.split(',').map(Number);
+const SAMPLE = Number(opt.sample);
+const RESTART_AT = new Set(opt['restart-at'].split(',').filter(Boolean).map(Number));
+const CONC = Number(opt.concurrency);
+if (!SIZES.every((n, i) => Number.isInteger(n) && n >= 1 && n <= 16_000 && (i === 0 || n > SIZES[i - 1]!))) throw new Error('--sizes: increasing pod counts, at most 16,000 (mc_pods holds 16,384)');
+if (!(SAMPLE >= 1 && CONC >= 1)) throw new Error('--sample and --concurrency must be positive');
+if (process.getuid?.() !== 0) throw new Error('run as root: the bench makes network namespaces and loads BPF programs');
+for (const f of [CNI, path.join(root, 'dist/cli/main.js')]) if (!existsSync(f)) throw new Error(`${f} is missing: npm run build`);
+
+// ---- outer: a private mount namespace for the inner run, and a backstop cleanup
+if (process.env.MESHCAP_SCALE_INNER === undefined) {
+  const pinRoot = `/sys/fs/bpf/meshcap-scale-${process.pid}`;
+  const pidFile = path.join(os.tmpdir(), `meshcap-scale-${process.pid}.agent`);
+  const r = spawnSync('unshare', ['--mount', '--propagation', 'private', process.execPath, ...process.execArgv, ...process.argv.slice(1)], {
+    stdio: 'inherit', env: { ...process.env, MESHCAP_SCALE_INNER: pinRoot, MESHCAP_SCALE_PIDFILE: pidFile },
+  });
+  // The agent is the inner run's child: a killed inner run leaves it running.
+  try {
+    const pid = Number(readFileSync(pidFile, 'utf8'));
+    if (pid > 0 && existsSync(`/proc/${pid}`) && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(pinRoot)) process.kill(pid, 'SIGKILL');
+  } catch { /* no agent recorded, or gone */ }
+  rmSync(pidFile, { force: true });
+  if (existsSync(pinRoot)) execFileSync(process.execPath, [MESHCAP, 'uninstall', '--force', '--pin-root', pinRoot], { stdio: 'ignore' });
+  process.exit(r.status ?? 1);
+}
+
+// ---- inner
+const pinRoot = process.env.MESHCAP_SCALE_INNER;
+const pidFile = process.env.MESHCAP_SCALE_PIDFILE!;
+const NETNS_DIR = '/var/run/netns';
+mkdirSync(NETNS_DIR, { recursive: true });
+execFileSync('mount', ['-t', 'tmpfs', '-o', 'mode=755', 'meshcap-scale', NETNS_DIR]);
+const tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-scale-'));
+const socket = path.join(tmp, 'cni.sock');
+const stateDir = path.join(tmp, 'state');
+const maxPods = SIZES.at(-1)!;
+const nsPath = (i: number) => `${NETNS_DIR}/p${i}`;
+const probePath = (i: number) => `${NETNS_DIR}/q${i}`;
+
+let agent: ChildProcess | undefined;
+const stopAgent = async (signal: NodeJS.Signals = 'SIGTERM') => {
+  const a = agent;
+  agent = undefined;
+  if (!a || a.exitCode !== null) return;
+  const exited = new Promise((res) => a.once('exit', res));
+  a.kill(signal);
+  await exited;
+};
+function cleanup() {
+  if (agent && agent.exitCode === null) agent.kill('SIGKILL');
+  rmSync(tmp, { recursive: true, force: true });
+  // the pin root and the namespaces: the outer process and the mount namespace's end
+}
+process.once('SIGINT', () => { cleanup(); process.exit(130); });
+process.once('SIGTERM', () => { cleanup(); process.exit(143); });
+
+const podYaml = (name: string) => `apiVersion: v1
+kind: Pod
+metadata:
+  name: ${name}
+  namespace: bench
+  annotations:
+    sidecar.istio.io/status: '{"containers":["istio-proxy"]}'
+spec:
+  containers:
+  - {name: app, image: app}
+  - {name: istio-proxy, image: proxyv2}
+`;
+
+/**
+ * The pods file holds the node's pods: the registered ones and the sample's,
+ * as an API server's list for this node would (the agent follows the file).
+ */
+function writePods(n: number): void {
+  const f = path.join(tmp, 'pods.yaml');
+  writeFileSync(`${f}.tmp`, [...Array.from({ length: n }, (_, i) => podYaml(`p${i}`)), ...Array.from({ length: SAMPLE }, (_, i) => podYaml(`q${i}`))].join('---\n'));
+  execFileSync('mv', [`${f}.tmp`, f]);
+}
+
+const ipOf = (i: number) => `198.18.${(i >> 8) & 255}.${i & 255}`;
+const probeIp = (i: number) => `198.19.${(i >> 8) & 255}.${i & 255}`;
+
+function runCni(command: string, container: string, pod: string, ns: string, ip: string): Promise<{ code: number | null; out: string; ms: number }> {
+  return new Promise((resolve, reject) => {
+    const t0 = process.hrtime.bigint();
+    const p = spawn(CNI, [], {
+      env: { CNI_COMMAND: command, CNI_CONTAINERID: container, CNI_NETNS: ns, CNI_IFNAME: 'eth0', CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=${pod}`, CNI_PATH: '/opt/cni/bin' },
+      stdio: ['pipe', 'pipe', 'ignore'],
+    });
+    let out = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.on('error', reject);
+    p.on('exit', (code) => resolve({ code, out, ms: Number(process.hrtime.bigint() - t0) / 1e6 }));
+    p.stdin.end(JSON.stringify({
+      cniVersion: '1.0.0', name: 'bench', type: 'meshcap-cni', agentSocket: socket, agentTimeoutMs: 30000,
+      prevResult: { cniVersion: '1.0.0', interfaces: [{ name: 'eth0', sandbox: ns }], ips: [{ address: `${ip}/15`, interface: 0 }] },
+    }));
+  });
+}
+
+async function pool<T>(n: number, width: number, fn: (i: number) => Promise<T>): Promise<T[]> {
+  const out: T[] = new Array(n);
+  let next = 0;
+  await Promise.all(Array.from({ length: Math.min(width, n) }, async () => {
+    while (next < n) {
+      const i = next++;
+      out[i] = await fn(i);
+    }
+  }));
+  return out;
+}
+
+/** The agent's per-request durationMs, by container id, while recording. */
+const agentMs = new Map<string, number>();
+let readyLine: ((l: Record<string, unknown>) => void) | undefined;
+
+async function startAgentProcess(): Promise<{ wallMs: number; ready: Record<string, unknown> }> {
+  const t0 = performance.now();
+  const a = spawn(process.execPath, [MESHCAP, 'agent', '--standalone', '--pods', path.join(tmp, 'pods.yaml'), '--socket', socket,
+    '--pin-root', pinRoot, '--mode', 'ebpf', '--state-dir', stateDir, '--exclude-namespaces', 'kube-system'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  agent = a;
+  writeFileSync(pidFile, String(a.pid));
+  let err = '';
+  a.stderr!.on('data', (d) => { err += d; });
+  let buf = '';
+  const ready = new Promise<Record<string, unknown>>((resolve, reject) => {
+    readyLine = resolve;
+    a.once('exit', (code) => reject(new Error(`agent exited (${code}): ${err.slice(-2000)}`)));
+  });
+  a.stdout!.on('data', (d: Buffer) => {
+    buf += d.toString();
+    let nl;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      if (!line.startsWith('{')) continue;
+      const l = JSON.parse(line) as Record<string, unknown>;
+      if (l.msg === 'cni request' && typeof l.containerId === 'string' && typeof l.durationMs === 'number') agentMs.set(`${l.verb as string}:${l.containerId}`, l.durationMs);
+      else if (l.msg === 'meshcap agent ready') readyLine?.(l);
+      else if ((l.level as number) >= 40) process.stderr.write(`agent: ${line}\n`);
+    }
+  });
+  const r = await ready;
+  return { wallMs: performance.now() - t0, ready: r };
+}
+
+function rssMiB(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) / 1024 : NaN;
+}
+
+const pct = (s: number[], p: number) => s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
+function summary(ms: number[]) {
+  const s = [...ms].sort((a, b) => a - b);
+  return { n: s.length, p50: pct(s, 50), p90: pct(s, 90), p99: pct(s, 99), max: s.at(-1)! };
+}
+
+interface SizeResult {
+  pods: number;
+  loadavg: number[];
+  addExecToExit: ReturnType<typeof summary>;
+  addAgent: ReturnType<typeof summary>;
+  delExecToExit: ReturnType<typeof summary>;
+  agentRssMiB: number;
+  status: { ms: number; exitCode: number | null; pods: number };
+  coldStart?: { wallMs: number; startupMs: number; reconcileMs: number; attachments: number; restored: number; dropped: number; rssMiB: number; loadavg: number[] };
+  registerPerSec: number;
+}
+const results: SizeResult[] = [];
+
+const log = (s: string) => process.stderr.write(`bench:scale: ${s}\n`);
+try {
+  log(`making ${maxPods + SAMPLE} network namespaces (private mount namespace)`);
+  const batch = [...Array.from({ length: maxPods }, (_, i) => `netns add p${i}`), ...Array.from({ length: SAMPLE }, (_, i) => `netns add q${i}`)].join('\n') + '\n';
+  execFileSync('ip', ['-batch', '-'], { input: batch, stdio: ['pipe', 'ignore', 'inherit'] });
+  writePods(SIZES[0]!);
+
+  let a = await startAgentProcess();
+  log(`agent ready in ${a.wallMs.toFixed(0)} ms`);
+  // warm-up: JIT and lazy module loads; then the probe pods go again
+  for (let i = 0; i < 5; i++) {
+    await runCni('ADD', `w${i}`, `q${i}`, probePath(i), probeIp(i));
+    await runCni('DEL', `w${i}`, `q${i}`, probePath(i), probeIp(i));
+  }
+  let registered = 0;
+  for (const size of SIZES) {
+    if (size !== SIZES[0]) writePods(size);
+    const t0 = performance.now();
+    const from = registered;
+    await pool(size - from, CONC, async (k) => {
+      const i = from + k;
+      const r = await runCni('ADD', `c${i}`, `p${i}`, nsPath(i), ipOf(i));
+      if (r.code !== 0) throw new Error(`ADD p${i} failed: ${r.out}`);
+    });
+    registered = size;
+    const registerPerSec = ((size - from) * 1000) / (performance.now() - t0);
+    log(`${size} pods registered (${registerPerSec.toFixed(0)} ADD/s at ${CONC} at once)`);
+
+    let coldStart: SizeResult['coldStart'];
+    if (RESTART_AT.has(size)) {
+      await stopAgent();
+      await new Promise((r) => setTimeout(r, 1000));
+      const loadavg = os.loadavg();
+      a = await startAgentProcess();
+      const r = a.ready;
+      coldStart = { wallMs: a.wallMs, startupMs: r.startupMs as number, reconcileMs: r.reconcileMs as number, attachments: r.attachments as number, restored: r.restored as number, dropped: r.dropped as number, rssMiB: rssMiB(agent!.pid!), loadavg };
+      log(`cold start with ${size} pods: ${a.wallMs.toFixed(0)} ms to ready (agent's startupMs ${String(r.startupMs)}; restored ${String(r.restored)}, dropped ${String(r.dropped)})`);
+      for (let i = 0; i < 5; i++) {
+        await runCni('ADD', `w${i}`, `q${i}`, probePath(i), probeIp(i));
+        await runCni('DEL', `w${i}`, `q${i}`, probePath(i), probeIp(i));
+      }
+    }
+
+    // the sample: SAMPLE sequential ADDs of fresh pods on top of `size`, then their DELs
+    await new Promise((r) => setTimeout(r, 500));
+    const loadavg = os.loadavg();
+    const addMs: number[] = [];
+    const addAgentMs: number[] = [];
+    const tag = `s${size}-`;
+    for (let i = 0; i < SAMPLE; i++) {
+      const r = await runCni('ADD', `${tag}${i}`, `q${i}`, probePath(i), probeIp(i));
+      if (r.code !== 0) throw new Error(`ADD q${i} failed: ${r.out}`);
+      addMs.push(r.ms);
+    }
+    const rss = rssMiB(agent!.pid!);
+    const delMs: number[] = [];
+    for (let i = 0; i < SAMPLE; i++) {
+      const r = await runCni('DEL', `${tag}${i}`, `q${i}`, probePath(i), probeIp(i));
+      if (r.code !== 0) throw new Error(`DEL q${i} failed: ${r.out}`);
+      delMs.push(r.ms);
+    }
+    await new Promise((r) => setTimeout(r, 200)); // the last log lines
+    for (let i = 0; i < SAMPLE; i++) {
+      const v = agentMs.get(`ADD:${tag}${i}`);
+      if (v === undefined) throw new Error(`no agent log line for ADD ${tag}${i}`);
+      addAgentMs.push(v);
+    }
+
+    const s0 = performance.now();
+    const st = spawnSync(process.execPath, [MESHCAP, 'status', '-o', 'json', '--state-dir', stateDir, '--pin-root', pinRoot, '--socket', socket], { maxBuffer: 1 << 30, encoding: 'utf8' });
+    const statusMs = performance.now() - s0;
+    let statusPods = -1;
+    try {
+      statusPods = (JSON.parse(st.stdout) as { pods: unknown[] }).pods.length;
+    } catch { /* reported as -1 */ }
+    const res: SizeResult = { pods: size, loadavg, addExecToExit: summary(addMs), addAgent: summary(addAgentMs), delExecToExit: summary(delMs), agentRssMiB: rss, status: { ms: statusMs, exitCode: st.status, pods: statusPods }, registerPerSec, ...(coldStart ? { coldStart } : {}) };
+    results.push(res);
+    log(`${size} pods: ADD p50 ${res.addExecToExit.p50.toFixed(2)} ms (agent ${res.addAgent.p50.toFixed(2)} ms), RSS ${rss.toFixed(0)} MiB, status ${statusMs.toFixed(0)} ms (${statusPods} pods, exit ${st.status})`);
+  }
+  await stopAgent();
+
+  const f = (x: number) => x.toFixed(2).padStart(7);
+  console.log(`eBPF mode, meshed Istio pods, ${SAMPLE} ADDs sampled per size, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
+  console.log('pods registered   ADD p50   ADD p99   agent p50  agent p99   DEL p50   RSS MiB   status ms   load avg');
+  for (const r of results) {
+    console.log(`${String(r.pods).padStart(15)}  ${f(r.addExecToExit.p50)}   ${f(r.addExecToExit.p99)}   ${f(r.addAgent.p50)}  ${f(r.addAgent.p99)}   ${f(r.delExecToExit.p50)}   ${r.agentRssMiB.toFixed(0).padStart(7)}   ${r.status.ms.toFixed(0).padStart(9)}   ${r.loadavg.map((x) => x.toFixed(1)).join(' ')}`);
+  }
+  for (const r of results) {
+    if (r.coldStart) console.log(`cold start adopting ${r.pods} pods: ${r.coldStart.wallMs.toFixed(0)} ms spawn to ready (agent startupMs ${r.coldStart.startupMs}, of which reconcile ${r.coldStart.reconcileMs}; ${r.coldStart.restored} restored, ${r.coldStart.dropped} dropped; RSS ${r.coldStart.rssMiB.toFixed(0)} MiB; load ${r.coldStart.loadavg.map((x) => x.toFixed(1)).join(' ')})`);
+  }
+  const first = results[0]!;
+  const last = results.at(-1)!;
+  console.log(`ADD p50 growth ${first.pods} -> ${last.pods} pods: ${(((last.addExecToExit.p50 / first.addExecToExit.p50) - 1) * 100).toFixed(1)}% (exec to exit), ${(((last.addAgent.p50 / first.addAgent.p50) - 1) * 100).toFixed(1)}% (agent)`);
+  if (opt.json) writeFileSync(opt.json, JSON.stringify({ when: new Date().toISOString(), cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, results }, null, 1) + '\n');
+} finally {
+  cleanup();
+}
