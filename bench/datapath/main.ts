@@ -40,7 +40,7 @@ import { cleanupOnSignals, Lab } from '../../src/lab/index.js';
 import { projectRoot } from '../../src/paths.js';
 import { LEGS, MODES, TESTS, type Leg, type Mode, type TestName } from './matrix.js';
 import { plot, plotLatency } from './plot.js';
-import { cgroupRootPrograms, machine, otherTests, summarize, table, type BenchData } from './report.js';
+import { cgroupRootPrograms, machine, otherTests, summarize, table, toJson, type BenchData } from './report.js';
 
 const SRC = path.join(projectRoot, 'bench/datapath');
 const BIN = path.join(projectRoot, 'build/bench');
@@ -178,7 +178,7 @@ async function main(): Promise<void> {
   if (profile && profileTest) console.log(profileTable(profile, profileTest));
   if (data.otherTests.atStart || data.otherTests.atEnd) console.log('\nwarning: vitest was running on this machine during the run; rerun on a quiet machine for numbers to quote');
   const jsonFile = opt.json ?? path.join(BIN, `datapath-${startedAt.replace(/[:.]/g, '-')}.json`);
-  writeFileSync(jsonFile, JSON.stringify(data, null, 1) + '\n');
+  writeFileSync(jsonFile, toJson(data));
   log.info({ event: 'written', json: jsonFile });
   if (opt.plot) {
     plot(data, opt.plot);

@@ -35,6 +35,8 @@ export interface Summary {
    * 1/rate is the mean time of one operation (stream: of one 64 KiB echoed).
    */
   overDirectUs: Ratio | null;
+  /** p50 latency above direct's, µs, paired per round (steadier than the mean on a busy machine; null for stream) */
+  overDirectP50Us: Ratio | null;
   /** [quantile, µs]: per quantile the median over the rounds (empty for stream). */
   cdfUs: [number, number][];
 }
@@ -88,6 +90,10 @@ export function summarize(results: RoundResult[]): Summary[] {
       const o = directs?.find((x) => x.round === r.round);
       return o && r.opsPerSec > 0 && o.opsPerSec > 0 ? [1e6 / r.opsPerSec - 1e6 / o.opsPerSec] : [];
     });
+    const overP50 = first.test === 'stream' ? [] : rs.flatMap((r) => {
+      const o = directs?.find((x) => x.round === r.round);
+      return o ? [r.p50us - o.p50us] : [];
+    });
     const cdfs = rs.map((r) => r.cdf ?? []).filter((c) => c.length);
     const cdfUs = (cdfs[0] ?? []).map(([q], i): [number, number] => [q, median(cdfs.map((c) => c[i]?.[1] ?? NaN))]);
     out.push({
@@ -97,6 +103,7 @@ export function summarize(results: RoundResult[]): Summary[] {
       p50us: median(rs.map((r) => r.p50us)), p99us: median(rs.map((r) => r.p99us)),
       vsDirect: ratio('direct'), vsIptables: ratio('iptables'), vsNoproxy: ratio('noproxy'),
       overDirectUs: over.length ? { median: median(over), min: Math.min(...over), max: Math.max(...over) } : null,
+      overDirectP50Us: overP50.length ? { median: median(overP50), min: Math.min(...overP50), max: Math.max(...overP50) } : null,
       cdfUs,
     });
   }
@@ -107,6 +114,7 @@ export function table(summary: Summary[], legs: Leg[], tests: TestName[], modes:
   const lines: string[] = [];
   const f = (x: number | null | undefined, d = 0) => (x === null || x === undefined ? '-' : x.toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d }));
   const r = (x: Ratio | null) => (x ? `${x.median.toFixed(2)}×` : '-');
+  const plus = (x: Ratio | null) => (x ? `${x.median >= 0 ? '+' : ''}${x.median.toFixed(2)}` : '-');
   for (const leg of legs) {
     lines.push('', `== ${LEGS[leg]}`);
     for (const t of tests) {
@@ -114,7 +122,7 @@ export function table(summary: Summary[], legs: Leg[], tests: TestName[], modes:
       if (!rows.length) continue;
       const stream = rows[0]!.test === 'stream';
       lines.push(`-- ${TESTS[t].label}`);
-      lines.push(`${'mode'.padEnd(12)} ${(stream ? 'Gbit/s' : 'ops/s').padStart(9)} ${'spread'.padStart(7)} ${'p50 µs'.padStart(8)} ${'p99 µs'.padStart(8)} ${'×direct'.padStart(8)} ${'×iptables'.padStart(9)} ${'µs/op>direct'.padStart(12)}`);
+      lines.push(`${'mode'.padEnd(12)} ${(stream ? 'Gbit/s' : 'ops/s').padStart(9)} ${'spread'.padStart(7)} ${'p50 µs'.padStart(8)} ${'p99 µs'.padStart(8)} ${'×direct'.padStart(8)} ${'×iptables'.padStart(9)} ${'µs/op>direct'.padStart(12)} ${'p50>direct'.padStart(10)}`);
       for (const s of rows) {
         const spread = s.rate ? `±${(((s.rateMax - s.rateMin) / 2 / s.rate) * 100).toFixed(1)}%` : '-';
         lines.push([
@@ -125,12 +133,18 @@ export function table(summary: Summary[], legs: Leg[], tests: TestName[], modes:
           (stream ? '-' : f(s.p99us, 1)).padStart(8),
           r(s.vsDirect).padStart(8),
           r(s.vsIptables).padStart(9),
-          (s.overDirectUs && s.mode !== 'direct' ? `${s.overDirectUs.median >= 0 ? '+' : ''}${s.overDirectUs.median.toFixed(2)}` : '-').padStart(12),
+          plus(s.mode === 'direct' ? null : s.overDirectUs).padStart(12),
+          plus(s.mode === 'direct' ? null : s.overDirectP50Us).padStart(10),
         ].join(' '));
       }
     }
   }
   return lines.join('\n');
+}
+
+/** The JSON as stored: indented, with each latency distribution on one line. */
+export function toJson(data: BenchData): string {
+  return JSON.stringify(data, (k, v: unknown) => (k === 'cdfUs' ? JSON.stringify(v) : v), 1).replace(/"cdfUs": "(\[[^"]*\])"/g, '"cdfUs": $1') + '\n';
 }
 
 export interface Machine {
