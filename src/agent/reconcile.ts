@@ -168,7 +168,9 @@ interface PassState {
 async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassState, trigger: ReconcileTrigger): Promise<PodOutcome> {
   const base = { pod: podName(rec), containerId: rec.containerId };
   const cookie = cookieOf(rec);
-  const ns = await netnsState(rec.netns, cookie);
+  // A pod's pinned link shows its netns live without a setns (most eBPF pods).
+  const shown = rec.mode === 'ebpf' && cookie !== null && d.datapath.ebpf?.netnsShownLive(rec.netns, cookie) === true;
+  const ns = shown ? 'live' : await netnsState(rec.netns, cookie);
   if (ns !== 'live') {
     // The pod is gone (its DEL went unanswered) or the path names another netns now.
     if (trigger === 'load') return { ...base, outcome: 'ok', detail: [`netns ${ns}: left for the agent`] };

@@ -126,7 +126,12 @@ export async function collectStatus(opts: { stateDir: string; pinRoot: string })
     const dp = new PodDatapath(ebpf, pino({ level: 'silent' }));
     const pods: PodStatus[] = [];
     // Each netns lookup is a setns on a helper thread: many at once.
-    const states = await mapLimit(records, NETNS_LOOKUPS, (rec) => netnsState(rec.netns, cookieOf(rec)));
+    // A pod's pinned link shows its netns live without one (most eBPF pods).
+    const states = await mapLimit(records, NETNS_LOOKUPS, async (rec) => {
+      const cookie = cookieOf(rec);
+      if (rec.mode === 'ebpf' && ebpf && cookie !== null && ebpf.netnsShownLive(rec.netns, cookie)) return 'live' as const;
+      return netnsState(rec.netns, cookie);
+    });
     for (const [i, rec] of records.entries()) {
       const cookie = cookieOf(rec);
       const row: PodStatus = {

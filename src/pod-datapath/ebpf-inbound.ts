@@ -75,6 +75,37 @@ export function detachPodInbound(pinRoot: string, netns: bigint): boolean {
   return removed;
 }
 
+let nsfs: number | undefined;
+/** The device of nsfs (namespace files): an inode number means a netns only there. */
+const nsfsDev = () => (nsfs ??= statSync('/proc/self/ns/net').dev);
+
+/**
+ * True when the pod's pinned link proves that `netnsPath` names the netns of
+ * `cookie` now: the link was made into that cookie's netns at ADD, and a live
+ * link reports its netns's inode (0 once the netns is gone), so a match means
+ * the path's netns is the link's. A few syscalls, where the cookie of the path
+ * needs a setns on a helper thread. False says nothing (no link, gone,
+ * replaced): the caller looks the cookie up.
+ */
+export function linkProvesNetns(pinRoot: string, netns: bigint, netnsPath: string): boolean {
+  let fd: number;
+  try {
+    fd = bpf.objGet(pinLayout(pinRoot).podInbound(netns));
+  } catch {
+    return false;
+  }
+  try {
+    const ino = bpf.linkInfo(fd).netnsIno;
+    if (ino === null || ino === 0) return false;
+    const st = statSync(netnsPath);
+    return st.ino === ino && st.dev === nsfsDev();
+  } catch {
+    return false; // not a link, or no such path
+  } finally {
+    bpf.closeFd(fd);
+  }
+}
+
 export function hasPodInbound(pinRoot: string, netns: bigint): boolean {
   return existsSync(pinLayout(pinRoot).podInbound(netns));
 }

@@ -14,7 +14,7 @@ import { PodMaps, type KeySnapshot } from '../maps/registry.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { addPassthroughV6, netnsCookie, netnsProblem } from '../pod-netns.js';
 import type { PodBackend, PodSetup, RemoveOutcome } from './backend.js';
-import { attachPodInbound, detachPodInbound, hasPodInbound } from './ebpf-inbound.js';
+import { attachPodInbound, detachPodInbound, hasPodInbound, linkProvesNetns } from './ebpf-inbound.js';
 import { InboundPool } from './inbound-pool.js';
 import { refillPodListeners, type ListenerRefill, type NetnsProcesses } from './ebpf-listeners.js';
 
@@ -96,6 +96,11 @@ export class EbpfBackend implements PodBackend {
     const problems = this.maps.diff(netns, cfg, podIPs, snap);
     if (cfg.parsed.inboundCapture && !hasPodInbound(this.pinRoot, netns)) problems.push('no inbound sk_lookup link pinned');
     return problems;
+  }
+
+  /** The recorded netns path still names the pod's netns, shown by its pinned link (false: unknown, look it up). */
+  netnsShownLive(netnsPath: string, netns: bigint): boolean {
+    return linkProvesNetns(this.pinRoot, netns, netnsPath);
   }
 
   /** Removes everything of the pod by its cookie; returns the number of map entries removed. */

@@ -121,6 +121,22 @@ describeEbpf('pod inbound program pool', () => {
     expect(inbound(0).at(-1)).toBe(`${pods[0]!.ip}:8080`);
   }, scaled(60_000));
 
+  it('a pod\'s pinned link shows its netns live without a lookup; a different or deleted netns is not shown', async () => {
+    const pod = pods[0]!;
+    const cookie = await netnsCookie(pod.path);
+    expect(be!.netnsShownLive(pod.path, cookie)).toBe(true);
+    expect(be!.netnsShownLive(pods[1]!.path, cookie), 'another netns at the path').toBe(false);
+    expect(be!.netnsShownLive(pod.path, cookie + 1n), 'no link for that cookie').toBe(false);
+    const gone = await lab.netns('plgone');
+    const goneCookie = await be!.register({ netns: gone.path, config: istioCapture({ ips: ['198.18.49.1'], ipv6: false }), podIPs: ['198.18.49.1'] });
+    expect(be!.netnsShownLive(gone.path, goneCookie)).toBe(true);
+    await execa('ip', ['netns', 'del', gone.name]);
+    // the link stays pinned; its netns path is gone (and the link reports inode 0 once the netns is cleaned up)
+    expect(existsSync(pinLayout(pinRoot).podInbound(goneCookie))).toBe(true);
+    expect(be!.netnsShownLive(gone.path, goneCookie)).toBe(false);
+    be!.remove(goneCookie);
+  }, scaled(60_000));
+
   it('adopts a pod link pinned by an older meshcap (cookie as a .rodata constant) and removes it on DEL', async () => {
     // The previous build of bpf/inbound.bpf.c: the same program with the cookie a load-time constant.
     const src = readFileSync(path.join(projectRoot, 'bpf/inbound.bpf.c'), 'utf8');
