@@ -96,6 +96,24 @@ export class PinnedPodMaps implements PodMapReader {
   }
 }
 
+/**
+ * The loopback address connect4 sends an IPv4 destination to when the
+ * proxy's outbound listener takes the wildcard address (mc_spread_addr4 in
+ * bpf/outbound.bpf.c): one per destination and port, so each gets its own
+ * ephemeral port range (docs/bench-capacity.md). A proxy bound to 127.0.0.1
+ * only gets 127.0.0.1.
+ */
+export function spreadLoopback4(addr: Buffer, port: number): string {
+  let x = (addr.readUInt32BE(0) ^ ((port << 16) | port)) >>> 0;
+  x = Math.imul(x, 0x9e3779b1) >>> 0;
+  x = (x ^ (x >>> 15)) >>> 0;
+  x = Math.imul(x, 0x85ebca77) >>> 0;
+  x = (x ^ (x >>> 13)) >>> 0;
+  x &= 0xffffff;
+  if (x === 0 || x === 0xffffff) x = 1;
+  return `127.${x >>> 16}.${(x >>> 8) & 255}.${x & 255}`;
+}
+
 function isLoopback(a: { family: 4 | 6; bytes: Buffer }): boolean {
   if (a.bytes.every((b) => b === 0)) return true; // 0.0.0.0 / :: reach this host over loopback
   return a.family === 4 ? a.bytes[0] === 127 : a.bytes.subarray(0, 15).every((b) => b === 0) && a.bytes[15] === 1;
@@ -129,6 +147,11 @@ export function kernelVerdict(maps: PodMapReader, netns: bigint, flow: Flow): Ke
 
   const loop = dst.family === 4 ? '127.0.0.1' : '::1';
   const to = (port: number) => `${dst.family === 6 ? `[${loop}]` : loop}:${port}`;
+  // IPv4 to the outbound port: the destination's own 127/8 address where the proxy listens on 0.0.0.0
+  const out = (why: string): KernelVerdict => dst.family === 6 ? { verdict: 'captured', to: to(pod.outbound_port), decidedBy: why } : {
+    verdict: 'captured', to: `${spreadLoopback4(dst.bytes, flow.port)}:${pod.outbound_port}`,
+    decidedBy: `${why}; sent to this destination's own loopback address if a listener takes it (the proxy on 0.0.0.0:${pod.outbound_port}), else to 127.0.0.1:${pod.outbound_port}`,
+  };
   const dns = (pod.flags & PodFlag.DNS) !== 0 && flow.port === DNS_PORT;
   const local = isLoopback(dst) || isPodAddr(pod, dst);
   const dnsServer = () => (pod.flags & PodFlag.DNS_ALL) !== 0 || maps.cidrMatch(netns, dst.bytes, CidrKind.DNS4);
@@ -152,9 +175,9 @@ export function kernelVerdict(maps: PodMapReader, netns: bigint, flow: Flow): Ke
   if (dns && dnsServer()) return { verdict: 'captured', to: to(pod.dns_port), decidedBy: 'DNS over TCP to a captured DNS server' };
   if (isHostLoopback(dst)) return { verdict: 'not captured', decidedBy: `${flow.peer} is the host loopback` };
   if (maps.cidrMatch(netns, dst.bytes, CidrKind.OUT_EXCLUDE4)) return { verdict: 'not captured', decidedBy: `${flow.peer} is in an excluded range: ${kind('mc_cidrs OUT_EXCLUDE')}` };
-  if (maps.portIn(pod, netns, flow.port, PortKind.OUT_INCLUDE)) return { verdict: 'captured', to: to(pod.outbound_port), decidedBy: `port ${flow.port} is included: ${kind('mc_ports OUT_INCLUDE')}` };
-  if (pod.flags & (dst.family === 4 ? PodFlag.OUT_ALL4 : PodFlag.OUT_ALL6)) return { verdict: 'captured', to: to(pod.outbound_port), decidedBy: 'every destination is captured (mc_pods flags OUT_ALL: includeOutboundIPRanges "*")' };
-  if (maps.cidrMatch(netns, dst.bytes, CidrKind.OUT_INCLUDE4)) return { verdict: 'captured', to: to(pod.outbound_port), decidedBy: `${flow.peer} is in an included range: ${kind('mc_cidrs OUT_INCLUDE')}` };
+  if (maps.portIn(pod, netns, flow.port, PortKind.OUT_INCLUDE)) return out(`port ${flow.port} is included: ${kind('mc_ports OUT_INCLUDE')}`);
+  if (pod.flags & (dst.family === 4 ? PodFlag.OUT_ALL4 : PodFlag.OUT_ALL6)) return out('every destination is captured (mc_pods flags OUT_ALL: includeOutboundIPRanges "*")');
+  if (maps.cidrMatch(netns, dst.bytes, CidrKind.OUT_INCLUDE4)) return out(`${flow.peer} is in an included range: ${kind('mc_cidrs OUT_INCLUDE')}`);
   return { verdict: 'not captured', decidedBy: `${flow.peer} matches no included range or port` };
 }
 

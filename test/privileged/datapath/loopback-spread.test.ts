@@ -1,0 +1,139 @@
+// Connection capacity (issue 19 item 4): a pod's redirected connections
+// must get an ephemeral port range per original destination, as under
+// iptables (where the app's socket keeps its destination), not one range
+// shared by every connection to 127.0.0.1:15001. eBPF mode sends each
+// destination to its own 127.0.0.0/8 address when the proxy listens on the
+// wildcard address, and to 127.0.0.1 when it listens there only.
+//
+// The capacity case narrows the pod's ip_local_port_range to 64 ports (so
+// the limit shows in a few hundred connections, not 28,232) and holds
+// connections to two destinations until connect() says EADDRNOTAVAIL for
+// both: 128 in both modes (before the spread, eBPF mode stopped at 64).
+import { execa } from 'execa';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { spreadLoopback4 } from '../../../src/explain/kernel-verdict.js';
+import { describeModes, makeDriver, type Driver } from '../../helpers/datapaths.js';
+import { Lab, scaled } from '../../helpers/lab.js';
+import { istioCapture } from '../../helpers/pods.js';
+
+const POD = '198.18.27.1';
+const DSTS = ['198.18.27.2', '198.18.27.3'];
+const PORTS = 64;
+
+/** The address connect4 picks (mc_spread_addr4), as meshcap explain computes it. */
+const spread4 = (ip: string, port: number) => spreadLoopback4(Buffer.from(ip.split('.').map(Number)), port);
+
+// Opens connections alternately to each destination and keeps them, until
+// every destination answered EADDRNOTAVAIL; prints what each got and the
+// app's view of one socket per destination.
+const HOLD = `
+import errno, json, socket, sys
+dsts = ${JSON.stringify(DSTS)}
+held, got, done, view = [], {d: 0 for d in dsts}, set(), {}
+while len(done) < len(dsts) and len(held) < 5000:
+    for d in dsts:
+        if d in done: continue
+        s = socket.socket()
+        s.settimeout(5)
+        try:
+            s.connect((d, 80))
+        except OSError as e:
+            s.close()
+            if e.errno != errno.EADDRNOTAVAIL: raise
+            done.add(d)
+            continue
+        held.append(s)
+        got[d] += 1
+        view.setdefault(d, {"peer": list(s.getpeername()), "sock": list(s.getsockname())})
+print(json.dumps({"got": got, "view": view}))
+`;
+
+describeModes('a pod\'s outbound connections get a port range per destination, %s mode', (mode) => {
+  const lab = new Lab();
+  let dp: Driver;
+  let pod: { name: string; path: string };
+  let proxy: Awaited<ReturnType<Lab['proxy']>>;
+
+  beforeAll(async () => {
+    dp = await makeDriver(mode);
+    pod = await lab.netns('spread');
+    const srv = await lab.netns('spreadsrv');
+    await lab.link(pod.name, srv.name, { a4: [`${POD}/24`], b4: DSTS.map((d) => `${d}/24`) });
+    await lab.exec(pod.name, ['sysctl', '-q', '-w', `net.ipv4.ip_local_port_range=41000 ${41000 + PORTS - 1}`]);
+    await dp.register(pod.path, istioCapture({ ips: [POD] }), [POD]);
+    // Like Envoy: 0.0.0.0:15001 (and [::]:15001); echo, so nothing leaves the pod
+    proxy = await lab.proxy(pod.name, ['--echo']);
+  }, scaled(120_000));
+
+  afterAll(async () => {
+    await dp?.close();
+    await lab.cleanup();
+  });
+
+  it(`holds ${PORTS} connections per destination, as many as the ports allow`, async () => {
+    const before = proxy.accepts().length;
+    const r = await execa('ip', ['netns', 'exec', pod.name, 'setpriv', '--reuid=1000', '--regid=1000', '--clear-groups', '/usr/bin/python3', '-c', HOLD], { reject: false, timeout: scaled(60_000) });
+    expect(r.exitCode, r.stderr).toBe(0);
+    const v = JSON.parse(r.stdout) as { got: Record<string, number>; view: Record<string, { peer: [string, number]; sock: [string, number] }> };
+    for (const d of DSTS) {
+      expect(v.got[d], `connections to ${d}`).toBe(PORTS);
+      // the app's view is REDIRECT's: its own address, the original peer
+      expect(v.view[d]!.sock[0]).toBe(POD);
+      expect(v.view[d]!.peer).toEqual([d, 80]);
+    }
+    for (let i = 0; i < 40 && proxy.accepts().length < before + PORTS * DSTS.length; i++) await new Promise((res) => setTimeout(res, 50));
+    const acc = proxy.accepts().slice(before);
+    expect(acc.length).toBe(PORTS * DSTS.length);
+    // every one with its own original destination
+    for (const d of DSTS) expect(acc.filter((a) => a.orig === `${d}:80`).length, d).toBe(PORTS);
+    if (mode === 'ebpf') {
+      // sent to the destination's own loopback address
+      expect(new Set(DSTS.map((d) => spread4(d, 80))).size).toBe(DSTS.length);
+      for (const a of acc) expect(a.local).toBe(`${spread4(a.orig.split(':')[0]!, 80)}:15001`);
+    }
+  }, scaled(90_000));
+});
+
+describe('eBPF mode: a proxy bound to 127.0.0.1 only keeps getting 127.0.0.1', () => {
+  const lab = new Lab();
+  let dp: Driver;
+  let pod: { name: string; path: string };
+
+  beforeAll(async () => {
+    dp = await makeDriver('ebpf');
+    pod = await lab.netns('spreadlo');
+    const srv = await lab.netns('spreadlosrv');
+    await lab.link(pod.name, srv.name, { a4: [`${POD}/24`], b4: DSTS.map((d) => `${d}/24`) });
+    await dp.register(pod.path, istioCapture({ ips: [POD] }), [POD]);
+  }, scaled(120_000));
+
+  afterAll(async () => {
+    await dp?.close();
+    await lab.cleanup();
+  });
+
+  it('connects to 127.0.0.1:15001 and SO_ORIGINAL_DST is the destination', async () => {
+    // linkerd2-proxy binds its outbound listener to 127.0.0.1 only
+    const listener = lab.spawn(pod.name, ['/usr/bin/python3', '-u', '-c', `
+import socket, struct
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", 15001)); l.listen(16); print("ready", flush=True)
+for _ in range(${DSTS.length}):
+    c, peer = l.accept()
+    o = c.getsockopt(socket.SOL_IP, 80, 16)
+    port, addr = struct.unpack("!H", o[2:4])[0], socket.inet_ntoa(o[4:8])
+    print("accept", c.getsockname()[0], peer[0], "%s:%d" % (addr, port), flush=True)
+    c.sendall(b"ok"); c.close()
+`], { uid: 1337, until: /^ready/ });
+    await listener.ready;
+    const app = await lab.agent(pod.name, { uid: 1000 });
+    for (const d of DSTS) expect((await app.connect(d, 80, 'x')).data).toBe('ok');
+    for (let i = 0; i < 40 && listener.lines.filter((l) => l.startsWith('accept')).length < DSTS.length; i++) await new Promise((res) => setTimeout(res, 50));
+    const acc = listener.lines.filter((l) => l.startsWith('accept')).map((l) => l.split(' '));
+    expect(acc.map((a) => a[3]).sort()).toEqual(DSTS.map((d) => `${d}:80`).sort());
+    for (const a of acc) {
+      expect(a[1], 'local address of the accepted socket').toBe('127.0.0.1');
+      expect(a[2], 'the app\'s address').toBe(POD);
+    }
+  }, scaled(60_000));
+});
