@@ -103,6 +103,7 @@ export async function reconcilePods(
   const processes = () => (procs ??= netnsProcesses());
   // One scan of the CIDR/port maps for the whole pass (see KeySnapshot).
   let snap: KeySnapshot | undefined;
+  let listening: Set<string> | undefined;
   const pass: PassState = {
     processes,
     snapshot: () => {
@@ -110,6 +111,7 @@ export async function reconcilePods(
       if (!ebpf) return undefined;
       return (snap ??= ebpf.snapshot());
     },
+    listening: () => (listening ??= d.datapath.ebpf?.listenerSnapshot() ?? new Set()),
   };
 
   // iptables pods cost an iptables-save in their netns each: the self-check
@@ -163,6 +165,8 @@ export async function reconcilePods(
 interface PassState {
   processes(): NetnsProcesses;
   snapshot(): KeySnapshot | undefined;
+  /** mc_listen's pods and families, one walk per pass (see refillPodListeners). */
+  listening(): Set<string>;
 }
 
 async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassState, trigger: ReconcileTrigger): Promise<PodOutcome> {
@@ -230,7 +234,7 @@ async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassS
   const ebpf = d.datapath.ebpf;
   if (rec.mode === 'ebpf' && ebpf && cookie !== null && cfg.parsed.inboundCapture) {
     try {
-      const r = ebpf.refillListeners({ netns: cookie, netnsPath: rec.netns, port: Number(cfg.inboundCapturePort), processes: pass.processes });
+      const r = ebpf.refillListeners({ netns: cookie, netnsPath: rec.netns, port: Number(cfg.inboundCapturePort), processes: pass.processes, listening: pass.listening() });
       listeners = r.registered.length;
       if (listeners > 0) drift.push(`inbound listener not registered (IPv${r.registered.join('/IPv')})`);
     } catch (err) {

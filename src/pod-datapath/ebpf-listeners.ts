@@ -85,6 +85,25 @@ function fdOfSocket(pid: number, inode: number): number | null {
   return null;
 }
 
+const listenId = (netns: bigint, port: number, family: number) => `${netns}:${port}:${family}`;
+
+/**
+ * Which pods' inbound listeners mc_listen holds (any slot), in one walk of
+ * the map: a pass over every pod asks this once instead of looking up each
+ * pod's slots (8 lookups for a pod with no proxy listening).
+ */
+export function listenerSnapshot(pinRoot: string): Set<string> {
+  const fd = bpf.objGet(path.join(pinLayout(pinRoot).maps, MAP.listen));
+  try {
+    return new Set(bpf.mapKeys(fd, mcListenKey.size).map((k) => {
+      const v = mcListenKey.decode(k);
+      return listenId(v.netns, v.port, v.family);
+    }));
+  } finally {
+    bpf.closeFd(fd);
+  }
+}
+
 export interface ListenerRefill {
   /** families whose key was already in mc_listen */
   present: (4 | 6)[];
@@ -106,6 +125,8 @@ export function refillPodListeners(opts: {
   port: number;
   /** The /proc scan, asked for only when a key is missing (the common pass finds both present). */
   processes: () => NetnsProcesses;
+  /** listenerSnapshot() of this pass: a family in it is present without a lookup; one not in it is looked up only if the pod has a listener to put back. */
+  listening?: Set<string>;
 }): ListenerRefill {
   const res: ListenerRefill = { present: [], registered: [], none: [] };
   let pidsOfNetns: number[] | undefined;
@@ -114,21 +135,35 @@ export function refillPodListeners(opts: {
   const key = (family: 4 | 6, slot: number) => mcListenKey.encode({ netns: opts.netns, port: opts.port, family, slot, pad: Buffer.alloc(4) });
   try {
     for (const family of [4, 6] as const) {
+      if (opts.listening?.has(listenId(opts.netns, opts.port, family))) {
+        res.present.push(family);
+        continue;
+      }
+      // Every process of the netns sees the same tables; the owner of the fd may be any of them.
+      const socketsOf = () => {
+        const pids = pidsOf();
+        return pids.length ? parseListeners(readTable(pids[0]!, family === 4 ? 'tcp' : 'tcp6'), family, opts.port) : [];
+      };
+      // Not in the snapshot: nothing to do unless the pod has a listener (no
+      // lookups for a pod without a proxy); with one, the map decides (the
+      // snapshot may predate sockops registering it). Without a snapshot the
+      // map first, the /proc scan only when a key is missing.
+      let sockets = opts.listening ? socketsOf() : undefined;
       let present = false;
-      for (let slot = 0; slot < MC_LISTEN_SLOTS && !present; slot++) present = bpf.mapLookup(mapFd, key(family, slot), 8) !== null;
+      if (!opts.listening || sockets!.length > 0) {
+        for (let slot = 0; slot < MC_LISTEN_SLOTS && !present; slot++) present = bpf.mapLookup(mapFd, key(family, slot), 8) !== null;
+      }
       if (present) {
         res.present.push(family);
         continue;
       }
+      sockets ??= socketsOf();
       // Every listening socket on the port (a SO_REUSEPORT group has several),
       // one slot each, as sockops fills them when the proxy calls listen().
       let slot = 0;
-      // Every process of the netns sees the same tables; the owner of the fd may be any of them.
-      const pids = pidsOf();
-      const sockets = pids.length ? parseListeners(readTable(pids[0]!, family === 4 ? 'tcp' : 'tcp6'), family, opts.port) : [];
       for (const s of sockets) {
         if (slot >= MC_LISTEN_SLOTS) break;
-        for (const pid of pids) {
+        for (const pid of pidsOf()) {
           const fd = fdOfSocket(pid, s.inode);
           if (fd === null) continue;
           const mine = bpf.takeFd(pid, fd);

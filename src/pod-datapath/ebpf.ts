@@ -16,7 +16,7 @@ import { addPassthroughV6, netnsCookie, netnsProblem } from '../pod-netns.js';
 import type { PodBackend, PodSetup, RemoveOutcome } from './backend.js';
 import { attachPodInbound, detachPodInbound, hasPodInbound, linkProvesNetns } from './ebpf-inbound.js';
 import { InboundPool } from './inbound-pool.js';
-import { refillPodListeners, type ListenerRefill, type NetnsProcesses } from './ebpf-listeners.js';
+import { listenerSnapshot, refillPodListeners, type ListenerRefill, type NetnsProcesses } from './ebpf-listeners.js';
 
 /** podEntries encodes only: a config eBPF mode cannot honour never reaches the maps. */
 function assertSupported(cfg: CaptureConfig, podIPs: string[]): void {
@@ -133,8 +133,13 @@ export class EbpfBackend implements PodBackend {
   }
 
   /** Puts a running proxy's inbound listener back into mc_listen where it is missing (after a map reload). */
-  refillListeners(o: { netns: bigint; netnsPath: string; port: number; processes: () => NetnsProcesses }): ListenerRefill {
+  refillListeners(o: { netns: bigint; netnsPath: string; port: number; processes: () => NetnsProcesses; listening?: Set<string> }): ListenerRefill {
     return refillPodListeners({ pinRoot: this.pinRoot, ...o });
+  }
+
+  /** The pods' listeners in mc_listen, one map walk: for a pass over every pod (refillListeners' `listening`). */
+  listenerSnapshot(): Set<string> {
+    return listenerSnapshot(this.pinRoot);
   }
 
   /**
