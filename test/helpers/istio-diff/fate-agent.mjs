@@ -29,13 +29,13 @@ const ops = {
     return {};
   },
   // One connection: {data, local} when it completes, {error, local?} otherwise.
-  async connect({ host, port, payload = '', localAddress, timeoutMs = 3000 }) {
+  async connect({ host, port, payload = '', localAddress, localPort, timeoutMs = 3000 }) {
     return new Promise((res) => {
       const chunks = [];
       let local;
       let done = false;
       const finish = (r) => { if (!done) { done = true; clearTimeout(t); c.destroy(); res({ ...r, ...(local ? { local } : {}) }); } };
-      const c = net.connect({ host, port, ...(localAddress ? { localAddress } : {}) }, () => {
+      const c = net.connect({ host, port, ...(localAddress ? { localAddress } : {}), ...(localPort ? { localPort } : {}) }, () => {
         local = `${plain(c.localAddress)}:${c.localPort}`;
         c.end(payload, 'latin1');
       });

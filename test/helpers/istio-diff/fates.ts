@@ -96,6 +96,18 @@ export class PodUnderTest {
   pod!: { name: string; path: string };
   private worldNs!: { name: string; path: string };
   driver: Driver | null = null;
+  /**
+   * The outside client's next source port. Ephemeral ports repeat towards
+   * the same pod address within seconds; the 500-config runs saw 2-4 of
+   * 24,000 connections (always a direct one to [pod]:15006, under Istio's
+   * rules and meshcap's alike) report the original destination of an earlier
+   * connection from the same source port, or none: after REDIRECT the new
+   * connection has the 4-tuple of the proxy's side of that earlier one,
+   * likely still in TIME_WAIT and in conntrack. A property of the
+   * harness's port reuse, not of either rule set: the matrix uses each port
+   * once in 10,000.
+   */
+  private nextOutsidePort = 20000;
   /** Why eBPF mode refused the current config (the pod is then not meshed by this variant). */
   refused: string | null = null;
 
@@ -192,8 +204,10 @@ export class PodUnderTest {
     for (const [i, c] of conns.entries()) {
       const agent = c.from === 'app' ? this.app : c.from === 'uid1337' ? this.uid1337 : this.world;
       const mark = this.proxy.lines.length;
+      if (c.from === 'outside' && ++this.nextOutsidePort >= 30000) this.nextOutsidePort = 20000;
       const r = await agent.call<ConnectResult>('connect', {
         host: c.host, port: c.port, payload: `${tag}#${i}`, timeoutMs: scaled(3000), ...(c.localAddress ? { localAddress: c.localAddress } : {}),
+        ...(c.from === 'outside' ? { localPort: this.nextOutsidePort } : {}),
       });
       // The proxy writes its line before it forwards, but the pipe is read
       // asynchronously: a connection that looks proxied waits for its line
