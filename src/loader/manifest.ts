@@ -65,10 +65,9 @@ export const NODE_OBJECTS: ObjectSpec[] = [
  */
 export const LEGACY_MAPS = ['mc_splice', 'mc_splice_ref', 'mc_settings'] as const;
 
-/** Loaded once per meshed pod and attached to its netns (sk_lookup). */
+/** One instance per meshed pod, attached to its netns (sk_lookup); the agent loads them ahead (src/pod-datapath/inbound-pool.ts). */
 export const POD_INBOUND_OBJECT = 'inbound.bpf.o';
 export const POD_INBOUND_PROGRAM = 'mc_inbound';
-export const POD_INBOUND_RODATA = 'mc_netns';
 
 export const objectPath = (file: string, dir = bpfObjectDir) => path.join(dir, file);
 
