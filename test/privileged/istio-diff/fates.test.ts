@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { istioVersion, requirePeers } from '../../helpers/istio-peers.js';
 import { Lab, scaled } from '../../helpers/lab.js';
 import { describeEbpf } from '../../helpers/datapaths.js';
-import { connectionMatrix, DOCUMENTED_REFUSALS, EBPF_CONN_ALLOWANCES, runConfig, setupPods, type ConfigResult, type PodUnderTest, type Variant } from '../../helpers/istio-diff/fates.js';
+import { connectionMatrix, createPods, DOCUMENTED_REFUSALS, EBPF_CONN_ALLOWANCES, runConfig, type ConfigResult, type PodUnderTest, type Variant } from '../../helpers/istio-diff/fates.js';
 import { generateFateCases } from '../../helpers/istio-diff/fate-cases.js';
 import { describeCase } from '../../helpers/istio-diff/renderer-diff.js';
 
@@ -22,7 +22,8 @@ describeEbpf(`connection fates: istio-iptables vs meshcap iptables and eBPF mode
   let pods: Record<Variant, PodUnderTest> | undefined;
   beforeAll(async () => {
     requirePeers();
-    pods = await setupPods(lab);
+    pods = createPods(lab);
+    for (const p of Object.values(pods)) await p.setup();
   }, scaled(180_000));
   afterAll(async () => {
     for (const p of Object.values(pods ?? {})) await p.close().catch(() => undefined);
