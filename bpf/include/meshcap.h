@@ -18,7 +18,13 @@
 #define MC_MAX_CIDRS 65536
 #define MC_MAX_PORTS 65536
 #define MC_MAX_PORT_RANGES 65536
-#define MC_MAX_CONNS 262144 /* in-flight connect->accept handoffs */
+/* The three LRU maps: these are the defaults only. The loader sets each
+ * one's max_entries before load (--origdst-entries, --sockorig-entries,
+ * --dnsorig-entries; a pinned map keeps its size): src/loader/map-sizes.ts,
+ * the arithmetic in docs/datapath.md "Map sizes and memory". */
+#define MC_MAX_ORIGDST 65536  /* TCP connections between SYN and the proxy side's handshake */
+#define MC_MAX_SOCKORIG 16384 /* TCP connects inside connect() */
+#define MC_MAX_DNSORIG 65536  /* UDP DNS sockets, most recently used */
 #define MC_MAX_LISTEN 32768 /* sockets, not pods: a node runs far fewer than 16,384 pods x 2 families; unchanged so an upgrade reuses the pinned map */
 #define MC_POD_ADDRS 4
 
@@ -182,7 +188,7 @@ struct {
 /* socket cookie of the app socket -> original destination (connect -> sockops) */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MC_MAX_CONNS);
+	__uint(max_entries, MC_MAX_SOCKORIG);
 	__type(key, __u64);
 	__type(value, struct mc_orig);
 } mc_sockorig SEC(".maps");
@@ -190,7 +196,7 @@ struct {
 /* app socket's tuple -> original destination (sockops -> proxy's socket) */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MC_MAX_CONNS);
+	__uint(max_entries, MC_MAX_ORIGDST);
 	__type(key, struct mc_tuple);
 	__type(value, struct mc_orig);
 } mc_origdst SEC(".maps");
@@ -223,7 +229,7 @@ struct {
 /* UDP DNS: socket cookie -> the resolver the app addressed (reply source). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MC_MAX_CONNS);
+	__uint(max_entries, MC_MAX_DNSORIG);
 	__type(key, __u64);
 	__type(value, struct mc_orig);
 } mc_dnsorig SEC(".maps");

@@ -24,6 +24,13 @@ import { createMetrics, type AgentMetrics } from './metrics.js';
 import { nodeDatapathProblems, reconcilePods, type PodProblemReporter, type ReconcileReport } from './reconcile.js';
 import { repairPods, type RepairActions, type RepairMode, type RepairOutcome } from './repair.js';
 import { StateStore } from './state-store.js';
+import { adoptedSizeMessage, type MapSizes, type MapSizeState } from '../loader/map-sizes.js';
+
+/** One line with the LRU maps' sizes; a warning per pinned map that kept another size than asked. */
+function logMapSizes(log: Logger, sizes: MapSizeState[]): void {
+  log.info({ mapSizes: Object.fromEntries(sizes.map((s) => [s.name, s.maxEntries])) }, 'datapath LRU map sizes');
+  for (const s of sizes) if (s.maxEntries !== s.requested) log.warn({ map: s.name, maxEntries: s.maxEntries, requested: s.requested }, adoptedSizeMessage(s));
+}
 
 export interface AgentOptions {
   socketPath: string;
@@ -51,6 +58,8 @@ export interface AgentOptions {
   repairActions?: RepairActions;
   /** /proc, where repair looks for a pod's processes (tests). */
   procRoot?: string;
+  /** The LRU maps' sizes when the agent creates them (default DEFAULT_MAP_SIZES; pinned maps keep theirs). */
+  mapSizes?: MapSizes;
 }
 
 export interface Agent {
@@ -134,7 +143,8 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       ({ mode, reasons } = pinnedMode(o.mode, pinned, o.pinRoot) ?? await probeKernel(o.mode));
     }
     if (mode === 'ebpf') {
-      const loaded = await loadDatapath({ pinRoot: o.pinRoot });
+      const loaded = await loadDatapath({ pinRoot: o.pinRoot, ...(o.mapSizes ? { mapSizes: o.mapSizes } : {}) });
+      logMapSizes(log, loaded.mapSizes);
       for (const w of loaded.orderWarnings) log.warn({ pinRoot: o.pinRoot, cgroup: loaded.cgroup }, w);
       for (const p of loaded.removedLegacy) log.info({ pin: p }, 'removed a pin of an older meshcap\'s splice (connections still spliced keep it until they close)');
       for (const u of loaded.unavailable) log.warn({ object: u.file, reason: u.reason }, `${u.file} refused by this kernel: its feature is off`);
@@ -178,7 +188,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
         const lost = nodeDatapathProblems(o.pinRoot, dp.ebpf);
         if (lost.length > 0) {
           log.error({ problems: lost, pinRoot: o.pinRoot }, 'the node eBPF datapath is gone: loading it again');
-          await loadDatapath({ pinRoot: o.pinRoot });
+          logMapSizes(log, (await loadDatapath({ pinRoot: o.pinRoot, ...(o.mapSizes ? { mapSizes: o.mapSizes } : {}) })).mapSizes);
           const old = dp.ebpf;
           dp.ebpf = new EbpfBackend(o.pinRoot, backendOpts);
           old.close();

@@ -10,11 +10,11 @@ import { DEFAULT_STATE_DIR } from '../agent/state-store.js';
 import { DEFAULT_EXCLUDE_NAMESPACES } from '../decision/meshed.js';
 import type { PodSource } from '../kube/pod-source.js';
 import type { ModeRequest } from '../loader/mode.js';
-import { modeOption, pinRootOption, removedSpliceOption, SPLICE_REMOVED } from './datapath-commands.js';
+import { mapSizeOption, mapSizesOrUsage, modeOption, pinRootOption, removedSpliceOption, SPLICE_REMOVED, type MapSizeFlags } from './datapath-commands.js';
 import { UsageError } from './exit.js';
 import { examples } from './help.js';
 
-interface AgentFlags {
+interface AgentFlags extends MapSizeFlags {
   standalone?: boolean;
   pods?: string;
   kubeconfig?: string;
@@ -67,6 +67,9 @@ export function registerAgentCommand(program: Command): void {
     .addOption(new Option('--pod-wait-ms <ms>', 'how long ADD waits for a pod the source does not know yet').default('5000'))
     .addOption(new Option('--self-check-interval <seconds>', 'how often every pod\'s datapath is compared with its record and repaired (0: only at start)').default('30'))
     .addOption(new Option('--repair <action>', 'meshed pods found running without capture (started before meshcap-cni was in the CNI chain): capture them in place through their netns (repair), label them meshcap.io/uncaptured=true, delete them, or only report (off); an Event on the pod either way').choices(['repair', 'label', 'delete', 'off']).default('repair'))
+    .addOption(mapSizeOption('mc_origdst'))
+    .addOption(mapSizeOption('mc_sockorig'))
+    .addOption(mapSizeOption('mc_dnsorig'))
     .addOption(removedSpliceOption())
     .addOption(new Option('--log-level <level>', 'pino log level').choices(['debug', 'info', 'warn', 'error']).default('info'))
     .action(async (o: AgentFlags) => {
@@ -74,6 +77,7 @@ export function registerAgentCommand(program: Command): void {
       if (!Number.isInteger(podWaitMs) || podWaitMs < 0 || podWaitMs > 600_000) throw new UsageError(`--pod-wait-ms ${o.podWaitMs} is not a number of milliseconds (0..600000)`);
       const selfCheckS = Number(o.selfCheckInterval);
       if (!Number.isFinite(selfCheckS) || selfCheckS < 0 || selfCheckS > 86_400) throw new UsageError(`--self-check-interval ${o.selfCheckInterval} is not a number of seconds (0..86400)`);
+      const mapSizes = mapSizesOrUsage(o);
       const [{ pino }, { startAgent }] = await Promise.all([import('pino'), import('../agent/agent.js')]);
       const logger = pino({ name: 'meshcap-agent', level: o.logLevel });
       if (o.splice) logger.warn({ flag: '--splice' }, SPLICE_REMOVED);
@@ -93,6 +97,7 @@ export function registerAgentCommand(program: Command): void {
         metricsPerPod: o.metricsPerPod === true,
         podWaitMs,
         selfCheckMs: Math.round(selfCheckS * 1000),
+        mapSizes,
       });
       await new Promise<void>((resolve) => {
         const stop = (signal: string) => {

@@ -7,6 +7,8 @@ import { configOf, cookieOf, DEFAULT_STATE_DIR, readRecords, StateStore, type At
 import { pinLayout } from '../loader/manifest.js';
 import { MAP } from '../maps/layout.js';
 import type { ModeRequest } from '../loader/mode.js';
+import { adoptedSizeMessage, DEFAULT_MAP_SIZES, MAP_SIZE_OPTION, mapSizesFromOptions, MAX_MAP_ENTRIES, MIN_MAP_ENTRIES, type MapSizes, type SizedMap } from '../loader/map-sizes.js';
+import { UsageError } from './exit.js';
 import { examples } from './help.js';
 import { checkDirOption } from './preflight.js';
 // The loader, the addon, the reconcile and pino are imported in the actions:
@@ -21,6 +23,24 @@ export const pinRootOption = () => new Option('--pin-root <dir>', 'bpffs directo
 export const removedSpliceOption = () => new Option('--splice', 'removed').hideHelp();
 export const SPLICE_REMOVED = '--splice does nothing: the sk_msg splice was removed (issue 20; docs/datapath.md, "Why there is no splice"). Remove the flag';
 export const modeOption = () => new Option('--mode <mode>', 'datapath mode').choices(['auto', 'ebpf', 'iptables']).default('auto');
+
+const MAP_SIZE_HELP: Record<SizedMap, string> = {
+  mc_origdst: 'mc_origdst entries: TCP connections between their SYN and the proxy side of the handshake',
+  mc_sockorig: 'mc_sockorig entries: TCP connects inside connect()',
+  mc_dnsorig: 'mc_dnsorig entries: UDP DNS sockets, the most recently used kept',
+};
+/** One LRU map's size (docs/datapath.md "Map sizes and memory"); applies when the map is created: a pinned map keeps its size. */
+export const mapSizeOption = (name: SizedMap) =>
+  new Option(`${MAP_SIZE_OPTION[name]} <n>`, `${MAP_SIZE_HELP[name]} (${MIN_MAP_ENTRIES}..${MAX_MAP_ENTRIES}; applies when the map is created)`).default(String(DEFAULT_MAP_SIZES[name]));
+export interface MapSizeFlags { origdstEntries: string; sockorigEntries: string; dnsorigEntries: string }
+/** Validated sizes, or a UsageError (exit code 2) naming the option. */
+export function mapSizesOrUsage(o: MapSizeFlags): MapSizes {
+  try {
+    return mapSizesFromOptions(o);
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+}
 
 export const stateDirOption = () => new Option('--state-dir <dir>', 'the agent\'s attachment records').default(DEFAULT_STATE_DIR);
 
@@ -129,8 +149,12 @@ export function registerDatapathCommands(program: Command): void {
     .addOption(modeOption())
     .addOption(stateDirOption())
     .addOption(removedSpliceOption())
-    .action(async (o: { pinRoot: string; mode: ModeRequest; splice?: boolean; stateDir: string }) => {
+    .addOption(mapSizeOption('mc_origdst'))
+    .addOption(mapSizeOption('mc_sockorig'))
+    .addOption(mapSizeOption('mc_dnsorig'))
+    .action(async (o: { pinRoot: string; mode: ModeRequest; splice?: boolean; stateDir: string } & MapSizeFlags) => {
       checkDirOption('--state-dir', o.stateDir);
+      const mapSizes = mapSizesOrUsage(o);
       if (o.splice) console.error(`warning: ${SPLICE_REMOVED}`);
       const [{ probeKernel }, { loadDatapath }] = await Promise.all([import('../loader/probe.js'), import('../loader/datapath.js')]);
       const probe = await probeKernel(o.mode);
@@ -138,7 +162,11 @@ export function registerDatapathCommands(program: Command): void {
         console.log(`mode iptables: nothing to load into the kernel (${probe.reasons.join('; ')})`);
         return;
       }
-      const r = await loadDatapath({ pinRoot: o.pinRoot });
+      const r = await loadDatapath({ pinRoot: o.pinRoot, mapSizes });
+      for (const m of r.mapSizes) {
+        if (m.maxEntries !== m.requested) console.log(`warning: ${adoptedSizeMessage(m)}`);
+        else console.log(`map      ${m.name.padEnd(14)} ${m.maxEntries} entries${m.pinned ? ' (pinned)' : ''}`);
+      }
       for (const l of r.links) console.log(`${l.action.padEnd(8)} ${l.name.padEnd(14)} link ${l.linkId} prog ${l.progId} -> ${l.pin}`);
       for (const p of r.removedLegacy) console.log(`removed  ${p} (an older meshcap's splice; connections still spliced keep it until they close)`);
       for (const u of r.unavailable) console.log(`unavailable ${u.file} (its feature is off on this kernel): ${u.reason}`);

@@ -14,6 +14,8 @@ import { cgroupPrograms, describeForeignBefore, foreignBefore } from './cgroup-o
 import { cgroup2OrThrow, ensureBpffs } from './mounts.js';
 import type { OptionalFeature } from './features.js';
 import { probeOptionalFeatures } from './probe.js';
+import { DEFAULT_MAP_SIZES, SIZED_MAPS, type MapSizes, type MapSizeState } from './map-sizes.js';
+import { pinnedMaxEntries } from './pinned-map-sizes.js';
 
 export interface LinkState {
   name: string;
@@ -37,6 +39,8 @@ export interface LoadResult {
   unavailable: { file: string; reason: string }[];
   /** Foreign programs that run before meshcap's on connect4/6 (see cgroup-order.ts), one line each; empty when none. */
   orderWarnings: string[];
+  /** The LRU maps' sizes: asked for, and what they are (a pinned map keeps its own). */
+  mapSizes: MapSizeState[];
 }
 
 /** A pin under our root that is not what meshcap would have put there. */
@@ -95,8 +99,30 @@ export function removeLegacyPins(pinRoot: string): string[] {
   return removed;
 }
 
-/** objectDir: where the .bpf.o files are (default: this package's build/bpf). */
-export async function loadDatapath(opts: { pinRoot: string; objectDir?: string }): Promise<LoadResult> {
+/**
+ * The size each sized map gets at this load: a map already pinned keeps its
+ * size (libbpf reuses a pin only when max_entries matches, and replacing a
+ * live map would drop the connections in flight), others get what was asked.
+ */
+export function effectiveMapSizes(mapsDir: string, requested: MapSizes): MapSizeState[] {
+  return SIZED_MAPS.map((name) => {
+    const pin = path.join(mapsDir, name);
+    let pinned: number | null;
+    try {
+      pinned = pinnedMaxEntries(pin);
+    } catch (e) {
+      throw new ForeignPinError(pin, (e as Error).message);
+    }
+    return { name, maxEntries: pinned ?? requested[name], requested: requested[name], pinned: pinned !== null };
+  });
+}
+
+/**
+ * objectDir: where the .bpf.o files are (default: this package's build/bpf).
+ * mapSizes: the LRU maps' sizes (default DEFAULT_MAP_SIZES); maps already
+ * pinned keep theirs (LoadResult.mapSizes says which).
+ */
+export async function loadDatapath(opts: { pinRoot: string; objectDir?: string; mapSizes?: Partial<MapSizes> }): Promise<LoadResult> {
   await ensureBpffs();
   const cgroup = cgroup2OrThrow();
   const cgroupId = BigInt(statSync(cgroup).ino);
@@ -106,9 +132,12 @@ export async function loadDatapath(opts: { pinRoot: string; objectDir?: string }
   const links: LinkState[] = [];
   const unavailable: LoadResult['unavailable'] = [];
   const optional = probeOptionalFeatures();
+  const mapSizes = effectiveMapSizes(L.maps, { ...DEFAULT_MAP_SIZES, ...opts.mapSizes });
   for (const spec of NODE_OBJECTS) {
     const obj = bpf.openObject(objectPath(spec.file, opts.objectDir), { mapPinDir: L.maps });
     try {
+      const inObject = new Set(obj.maps().map((m) => m.name));
+      for (const s of mapSizes) if (inObject.has(s.name)) obj.setMaxEntries(s.name, s.maxEntries);
       for (const [name, feature] of Object.entries(spec.rodata ?? {})) obj.setRodata(name, Buffer.from([optional[feature] ? 1 : 0]));
       try {
         await obj.load();
@@ -159,7 +188,7 @@ export async function loadDatapath(opts: { pinRoot: string; objectDir?: string }
     // The datapath is loaded and works; only the order check could not run.
     orderWarnings = [`could not check which programs run before meshcap's on connect4/6 at ${cgroup}: ${(e as Error).message}`];
   }
-  return { pinRoot: opts.pinRoot, cgroup, links, removedLegacy, optional, unavailable, orderWarnings };
+  return { pinRoot: opts.pinRoot, cgroup, links, removedLegacy, optional, unavailable, orderWarnings, mapSizes };
 }
 
 export interface UninstallResult {

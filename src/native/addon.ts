@@ -34,6 +34,12 @@ export interface BpfObject {
   readonly path: string;
   /** Before load: overwrite a `const volatile` global in .rodata (size must match the variable). */
   setRodata(varName: string, value: Buffer): void;
+  /**
+   * Before load: the map's max_entries (bpf_map__set_max_entries). Throws
+   * NativeError (ENOENT: no such map in the object). A pinned map is reused
+   * only when its size equals this, so pass the pinned map's own size to adopt it.
+   */
+  setMaxEntries(mapName: string, maxEntries: number): void;
   /** bpf_object__load on a worker thread; rejects with NativeError (.log has the verifier log). */
   load(): Promise<void>;
   programs(): ProgramInfo[];

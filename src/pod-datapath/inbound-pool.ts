@@ -13,6 +13,7 @@
 // it when a self-check reloads the datapath.
 import * as bpf from '../native/addon.js';
 import { POD_INBOUND_OBJECT, POD_INBOUND_PROGRAM, objectPath } from '../loader/manifest.js';
+import { adoptPinnedSizes } from '../loader/pinned-map-sizes.js';
 import { MAP } from '../maps/layout.js';
 
 /** The variable in inbound.bpf.c's .bss that holds the pod's netns cookie. */
@@ -32,6 +33,8 @@ export interface InboundInstance {
 export async function loadInboundInstance(mapsDir: string): Promise<InboundInstance> {
   const obj = bpf.openObject(objectPath(POD_INBOUND_OBJECT), { mapPinDir: mapsDir });
   try {
+    // The object carries every map; the LRU maps' sizes are the node's (chosen at load).
+    adoptPinnedSizes(obj, mapsDir);
     await obj.load();
     const prog = obj.programs().find((p) => p.name === POD_INBOUND_PROGRAM);
     if (!prog) throw new Error(`${POD_INBOUND_OBJECT} has no program ${POD_INBOUND_PROGRAM}: rebuild (npm run setup)`);

@@ -37,6 +37,7 @@ class BpfObjectWrap : public Napi::ObjectWrap<BpfObjectWrap> {
     return DefineClass(env, "BpfObject",
                        {InstanceAccessor<&BpfObjectWrap::Path>("path"),
                         InstanceMethod<&BpfObjectWrap::SetRodata>("setRodata"),
+                        InstanceMethod<&BpfObjectWrap::SetMaxEntries>("setMaxEntries"),
                         InstanceMethod<&BpfObjectWrap::Load>("load"),
                         InstanceMethod<&BpfObjectWrap::Programs>("programs"),
                         InstanceMethod<&BpfObjectWrap::Maps>("maps"),
@@ -98,6 +99,7 @@ class BpfObjectWrap : public Napi::ObjectWrap<BpfObjectWrap> {
   Napi::Value Path(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), path_); }
 
   void SetRodata(const Napi::CallbackInfo& info);
+  void SetMaxEntries(const Napi::CallbackInfo& info);
   Napi::Value Load(const Napi::CallbackInfo& info);
 
   Napi::Value Programs(const Napi::CallbackInfo& info) {
@@ -254,6 +256,23 @@ void BpfObjectWrap::SetRodata(const Napi::CallbackInfo& info) {
     return;
   }
   throw Napi::Error::New(env, "setRodata: no .rodata map in " + path_);
+}
+
+// setMaxEntries(mapName, n): size a map before load (bpf_map__set_max_entries).
+// A pinned map is reused only if its max_entries equals the object's, so the
+// loader passes the pinned map's own size here to adopt it.
+void BpfObjectWrap::SetMaxEntries(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string name = ArgString(info, 0, "setMaxEntries", "mapName");
+  uint32_t n = ArgU32(info, 1, "setMaxEntries", "maxEntries");
+  Require(env, "setMaxEntries()", {State::Opened});
+  if (n == 0) ThrowType(env, "setMaxEntries: maxEntries must be at least 1 (map " + name + ")");
+  bpf_map* map = bpf_object__find_map_by_name(obj_, name.c_str());
+  if (!map) ThrowNativeError(env, ENOENT, "bpf_object__find_map_by_name", path_ + ": map " + name);
+  int r = bpf_map__set_max_entries(map, n);
+  if (r < 0)
+    ThrowNativeError(env, ErrOf(r), "bpf_map__set_max_entries",
+                     path_ + ": map " + name + " to " + std::to_string(n) + " entries");
 }
 
 Napi::Value OpenObject(const Napi::CallbackInfo& info) {

@@ -1,0 +1,66 @@
+// Sizes of the three LRU maps, chosen at load (docs/datapath.md, "Map sizes
+// and memory"): the rest of meshcap.h's maps keep their compiled sizes.
+// Preallocated LRU hashes are charged in full to the loader's cgroup whether
+// used or not, so their size is a memory decision made per node.
+
+/** The LRU maps whose max_entries `meshcap load` / `meshcap agent` set before load. */
+export const SIZED_MAPS = ['mc_origdst', 'mc_sockorig', 'mc_dnsorig'] as const;
+export type SizedMap = (typeof SIZED_MAPS)[number];
+export type MapSizes = Record<SizedMap, number>;
+
+/**
+ * Defaults (the arithmetic is in docs/datapath.md): mc_origdst = 32,768
+ * connects/s x 1 s x 2; mc_sockorig lives inside one connect() call, so only
+ * stale entries and per-CPU free lists need room; mc_dnsorig = DNS sockets
+ * used within a resolver's 5 s timeout, 13,107/s x 5 s.
+ */
+export const DEFAULT_MAP_SIZES: Readonly<MapSizes> = { mc_origdst: 65_536, mc_sockorig: 16_384, mc_dnsorig: 65_536 };
+
+/** Below this the LRU's per-CPU free lists (128 entries per CPU) take most of the map. */
+export const MIN_MAP_ENTRIES = 1_024;
+/** 4,194,304 entries of mc_origdst are about 600 MB of kernel memory: beyond that is a typo. */
+export const MAX_MAP_ENTRIES = 4_194_304;
+
+/** The CLI option of each map. */
+export const MAP_SIZE_OPTION: Readonly<Record<SizedMap, string>> = {
+  mc_origdst: '--origdst-entries',
+  mc_sockorig: '--sockorig-entries',
+  mc_dnsorig: '--dnsorig-entries',
+};
+
+/** Parses one option value; throws an Error naming the option and the allowed range. */
+export function parseMapEntries(option: string, value: string): number {
+  const n = /^[0-9]+$/.test(value.trim()) ? Number(value.trim()) : NaN;
+  if (!Number.isSafeInteger(n) || n < MIN_MAP_ENTRIES || n > MAX_MAP_ENTRIES) {
+    throw new Error(
+      `${option} ${JSON.stringify(value)} is not a number of entries between ${MIN_MAP_ENTRIES} and ${MAX_MAP_ENTRIES} ` +
+        '(any integer in that range; docs/datapath.md "Map sizes and memory" says how to size it)',
+    );
+  }
+  return n;
+}
+
+/** Options as commander gives them (strings, defaults filled in) -> sizes. */
+export function mapSizesFromOptions(o: { origdstEntries: string; sockorigEntries: string; dnsorigEntries: string }): MapSizes {
+  return {
+    mc_origdst: parseMapEntries(MAP_SIZE_OPTION.mc_origdst, o.origdstEntries),
+    mc_sockorig: parseMapEntries(MAP_SIZE_OPTION.mc_sockorig, o.sockorigEntries),
+    mc_dnsorig: parseMapEntries(MAP_SIZE_OPTION.mc_dnsorig, o.dnsorigEntries),
+  };
+}
+
+/** What a load did with each sized map. */
+export interface MapSizeState {
+  name: SizedMap;
+  /** the size the map has now */
+  maxEntries: number;
+  /** the size asked for */
+  requested: number;
+  /** true: the map was already pinned and kept its size */
+  pinned: boolean;
+}
+
+/** The line `meshcap load` prints and the agent logs for a pinned map of another size. */
+export const adoptedSizeMessage = (s: MapSizeState) =>
+  `${s.name} is pinned with ${s.maxEntries} entries and keeps them (${s.requested} asked for): ` +
+  'the new size applies once the datapath is recreated (meshcap uninstall, then meshcap load; or a reboot)';
