@@ -2,7 +2,8 @@
 // in docs/reliability.md). A connect redirected to the sidecar carries its
 // original destination through two LRU maps (mc_sockorig: socket cookie,
 // connect -> TCP_CONNECT_CB; mc_origdst: tuple, -> the proxy's
-// PASSIVE_ESTABLISHED_CB), 262,144 entries each, and then in the accepted
+// PASSIVE_ESTABLISHED_CB; sized at load, docs/datapath.md "Map sizes and
+// memory"), and then in the accepted
 // socket's own storage. LRU maps never refuse an insert: when full they
 // evict. One meshed pod, the app and a C sidecar (test/faults/fixtures/
 // mc-storm.c, as uid 1337) that checks every accepted connection's
@@ -153,7 +154,10 @@ describeEbpf('the in-flight LRU maps under a connection storm through one pod', 
     console.log(`[ebpf] storm ${SECONDS} s with ${MAP.origdst} ${full.origdst} and ${MAP.sockorig} ${full.sockorig} stale entries (max_entries ${withMap(opts.pinRoot, MAP.origdst, (_fd, i) => i.maxEntries)}): ` +
       `${r.connections} connections (${r.perSecond}/s), ${r.ok} ok, ${r.misrouted} misrouted, ${r.reset} reset, ${r.connectErrors} connect errors; sidecar: ${JSON.stringify(s)}; ` +
       `redirected +${after.redirected - before.redirected}, answered +${after.answered - before.answered}; ${MAP.origdst} entries after: ${left}`);
-    expect(full.origdst, 'filled').toBeGreaterThan(200_000);
+    // "full": the kernel's LRU keeps per-CPU free lists, so a batch fill stops a little short of max_entries
+    const max = (name: string) => withMap(opts.pinRoot, name, (_fd, i) => i.maxEntries);
+    expect(full.origdst, 'filled').toBeGreaterThan(0.95 * max(MAP.origdst));
+    expect(full.sockorig, 'filled').toBeGreaterThan(0.95 * max(MAP.sockorig));
     expect(r.misrouted + s.misrouted).toBe(0);
     expect(r.reset + r.connectErrors + s.origdstFailed).toBe(0);
     expect(after.redirected - before.redirected - (after.answered - before.answered)).toBe(0);
