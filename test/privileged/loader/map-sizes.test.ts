@@ -4,7 +4,8 @@
 // adopts the pinned maps as they are and says when the new size applies; after
 // uninstall a load creates them at the new size. A pod inbound program loads
 // against pins of a non-default size. Prints bytes_memlock summed over the
-// pinned maps at both sizes (docs/datapath.md, "Map sizes and memory").
+// pinned maps at both sizes (docs/datapath.md, "Map sizes and memory"), and
+// checks the addon's setMaxEntries and its errors.
 import { afterEach, expect, it } from 'vitest';
 import { execa } from 'execa';
 import { existsSync, readdirSync } from 'node:fs';
@@ -15,7 +16,9 @@ import { uninstallDatapath } from '../../../src/loader/datapath.js';
 import { pinLayout } from '../../../src/loader/manifest.js';
 import { DEFAULT_MAP_SIZES, SIZED_MAPS, type MapSizes } from '../../../src/loader/map-sizes.js';
 import { loadInboundInstance } from '../../../src/pod-datapath/inbound-pool.js';
+import { objectPath } from '../../../src/loader/manifest.js';
 import { projectRoot } from '../../../src/paths.js';
+import * as bpf from '../../../src/native/addon.js';
 
 const roots: string[] = [];
 afterEach(() => {
@@ -92,4 +95,26 @@ describeEbpf('LRU map sizes', () => {
     report('defaults', maps);
     expect(memlock(maps)).toBeLessThanOrEqual(32_000_000);
   }, 60_000);
+
+  it('setMaxEntries: sizes the map before load; errors name the map, the object and errno', async () => {
+    const obj = bpf.openObject(objectPath('sockops.bpf.o'));
+    try {
+      obj.setMaxEntries('mc_origdst', 5000);
+      expect(obj.maps().find((m) => m.name === 'mc_origdst')?.maxEntries).toBe(5000);
+      let err: unknown;
+      try {
+        obj.setMaxEntries('mc_nope', 5000);
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(bpf.NativeError);
+      expect(err).toMatchObject({ code: 'ENOENT', syscall: 'bpf_object__find_map_by_name' });
+      expect((err as Error).message).toMatch(/sockops\.bpf\.o: map mc_nope/);
+      expect(() => obj.setMaxEntries('mc_origdst', 0)).toThrow(/at least 1/);
+      await obj.load();
+      expect(() => obj.setMaxEntries('mc_origdst', 6000)).toThrow(/setMaxEntries\(\) is not allowed when the object is loaded/);
+    } finally {
+      obj.close();
+    }
+  });
 });
