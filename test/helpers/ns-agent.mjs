@@ -5,10 +5,9 @@
 // connections, so tests do not pay Node's start-up per connection.
 import net from 'node:net';
 import dgram from 'node:dgram';
-import readline from 'node:readline';
+import { serveOps } from './agent-ops.mjs';
 
 const servers = [];
-const reply = (id, ok, x) => process.stdout.write(JSON.stringify(ok ? { id, ok, result: x } : { id, ok, error: String(x) }) + '\n');
 const addr = (a, p) => (a && a.includes(':') ? `[${a}]:${p}` : `${a}:${p}`);
 
 const ops = {
@@ -91,11 +90,4 @@ const ops = {
   async ping() { return { pid: process.pid, uid: process.getuid() }; },
 };
 
-readline.createInterface({ input: process.stdin }).on('line', async (line) => {
-  let msg;
-  try { msg = JSON.parse(line); } catch { return; }
-  const f = ops[msg.op];
-  if (!f) return reply(msg.id, false, `unknown op ${msg.op}`);
-  try { reply(msg.id, true, await f(msg)); } catch (e) { reply(msg.id, false, e.message); }
-}).on('close', () => process.exit(0));
-process.stdout.write(JSON.stringify({ ready: true, pid: process.pid }) + '\n');
+serveOps(ops);

@@ -6,12 +6,11 @@
 // test can attribute each proxy accept (whose peer is that address) to the
 // connection that caused it.
 import net from 'node:net';
-import readline from 'node:readline';
+import { serveOps } from '../agent-ops.mjs';
 
 const servers = [];
 const plain = (a) => (a ?? '').replace(/^::ffff:/, '');
 const addr = (a, p) => (plain(a).includes(':') ? `[${plain(a)}]:${p}` : `${plain(a)}:${p}`);
-const reply = (id, ok, x) => process.stdout.write(JSON.stringify(ok ? { id, ok, result: x } : { id, ok, error: String(x) }) + '\n');
 
 const ops = {
   // Answers "<local address>|<peer address>|<payload>" once the client
@@ -47,11 +46,4 @@ const ops = {
   },
 };
 
-readline.createInterface({ input: process.stdin }).on('line', async (line) => {
-  let msg;
-  try { msg = JSON.parse(line); } catch { return; }
-  const f = ops[msg.op];
-  if (!f) return reply(msg.id, false, `unknown op ${msg.op}`);
-  try { reply(msg.id, true, await f(msg)); } catch (e) { reply(msg.id, false, e.message); }
-}).on('close', () => process.exit(0));
-process.stdout.write(JSON.stringify({ ready: true, pid: process.pid }) + '\n');
+serveOps(ops);
