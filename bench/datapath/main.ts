@@ -18,7 +18,8 @@
 //
 //   node --import ./bench/lib/ts.mjs bench/datapath/main.ts [--rounds 5] [--seconds 0.5] [--quick]
 //        [--tests rr1,rr100,crr,stream] [--legs echo,full] [--modes noproxy,direct,iptables,ebpf]
-//        [--cpus APP,PROXY,SERVER (CPU numbers or any)] [--profile TEST] [--json FILE] [--plot FILE.png (and FILE-latency.svg)]
+//        [--cpus APP,PROXY,SERVER (CPU numbers or any)] [--profile TEST] [--bpf-stats TEST] [--objects DIR]
+//        [--json FILE] [--plot FILE.png (and FILE-latency.svg)]
 //   ... bench/datapath/main.ts --plot-only FILE.json --plot FILE.png
 //
 // The parts: matrix.ts (what is measured), cells.ts (the lab and the path
@@ -60,6 +61,8 @@ const { values: opt } = parseArgs({
     plot: { type: 'string' },
     'plot-only': { type: 'string' },
     profile: { type: 'string' },
+    'bpf-stats': { type: 'string' },
+    objects: { type: 'string' },
   },
 });
 
@@ -118,6 +121,11 @@ const { EbpfBackend } = await import('../../src/pod-datapath/ebpf.js');
 const { makeCells, verifyCells } = await import('./cells.js');
 const { buildTools, runRounds } = await import('./run.js');
 const { profileCell, profileTable } = await import('./profile.js');
+const { bpfStatsCell, bpfStatsTable, enableBpfStats } = await import('./bpfstats.js');
+const statsTest = opt['bpf-stats'] as TestName | undefined;
+if (statsTest !== undefined && !(statsTest in TESTS)) throw new Error(`--bpf-stats wants one test name (${Object.keys(TESTS).join(', ')})`);
+if (statsTest && !modes.includes('ebpf')) throw new Error('--bpf-stats measures the eBPF datapath: include ebpf in --modes');
+if (statsTest && !have('bpftool')) throw new Error('--bpf-stats needs bpftool: apt-get install bpftool');
 
 const lab = new Lab('mcb', String(process.pid));
 const stopOnSignals = cleanupOnSignals(() => lab.close(), (msg) => log.warn({ event: 'interrupted' }, msg));
@@ -125,6 +133,7 @@ const stopOnSignals = cleanupOnSignals(() => lab.close(), (msg) => log.warn({ ev
 async function main(): Promise<void> {
   buildTools(SRC, BIN, log);
   const startedAt = new Date().toISOString();
+  const loadAtStart = os.loadavg();
   const busy = otherTests();
   if (busy) log.warn({ event: 'busy', vitestProcesses: busy }, 'vitest is running on this machine: numbers will be disturbed');
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-bench-dp-'));
@@ -135,13 +144,14 @@ async function main(): Promise<void> {
   if (foreign) log.warn({ event: 'foreign-programs', count: foreign }, 'other BPF programs are attached at the cgroup v2 root: every mode pays for them');
   // Loaded only when eBPF mode is measured: the programs sit at the cgroup root and run for the other modes' sockets too.
   let ebpf: InstanceType<typeof EbpfBackend> | null = null;
+  const pinRoot = `/sys/fs/bpf/meshcap-bench-${process.pid}`;
   if (modes.includes('ebpf')) {
-    const pinRoot = `/sys/fs/bpf/meshcap-bench-${process.pid}`;
     lab.add(`datapath ${pinRoot}`, () => {
       const r = uninstallDatapath(pinRoot);
       if (r.leftBehind.length) throw new Error(`could not remove: ${r.leftBehind.join(', ')}`);
     });
-    await loadDatapath({ pinRoot });
+    // --objects DIR: another build of the node objects (A/B against build/bpf, e.g. the previous commit's)
+    await loadDatapath({ pinRoot, ...(opt.objects ? { objectDir: path.resolve(opt.objects) } : {}) });
     const pods = new EbpfBackend(pinRoot);
     lab.add('pod maps', () => pods.close());
     ebpf = pods;
@@ -151,7 +161,7 @@ async function main(): Promise<void> {
   await verifyCells(cells, lab, cpus, BIN, log);
 
   const t0 = Date.now();
-  const progress = createStepProgress({ name: 'bench:datapath', total: ROUNDS * tests.length * cells.length + (profileTest ? cells.length : 0) });
+  const progress = createStepProgress({ name: 'bench:datapath', total: ROUNDS * tests.length * cells.length + (profileTest ? cells.length : 0) + (statsTest ? cells.length : 0) });
   const results = await runRounds({ lab, bin: BIN, cpus, cells, legs, tests, rounds: ROUNDS, seconds: SECONDS, warmup: WARMUP, progress, log });
   let profile = null;
   if (profileTest) {
@@ -159,6 +169,15 @@ async function main(): Promise<void> {
     for (const cell of cells) {
       progress.step(`profile ${profileTest} ${cell.leg} leg, ${cell.mode}`);
       profile.push(await profileCell({ lab, bin: BIN, cpus, tmp, seconds: SECONDS }, cell, profileTest));
+    }
+  }
+  let bpfStats = null;
+  if (statsTest) {
+    enableBpfStats(lab);
+    bpfStats = [];
+    for (const cell of cells) {
+      progress.step(`bpf-stats ${statsTest} ${cell.leg} leg, ${cell.mode}`);
+      bpfStats.push(await bpfStatsCell({ lab, bin: BIN, cpus, seconds: SECONDS, pinRoot }, cell, statsTest));
     }
   }
   progress.done();
@@ -172,10 +191,13 @@ async function main(): Promise<void> {
     foreignCgroupPrograms: foreign,
     paths: cells.map((c) => ({ leg: c.leg, mode: c.mode, target: `${c.target.host}:${c.target.port}`, tcpSegsPerExchange: c.segsPerOp })),
     // the per-round distributions are summarized (summary[].cdfUs), not stored
-    summary, results: results.map(({ cdf: _cdf, ...r }) => r), profile,
+    summary, results: results.map(({ cdf: _cdf, ...r }) => r), profile, bpfStats,
+    loadAvg: { atStart: loadAtStart, atEnd: os.loadavg() },
   };
   console.log(table(summary, legs, tests, modes));
   if (profile && profileTest) console.log(profileTable(profile, profileTest));
+  if (bpfStats) console.log(bpfStatsTable(bpfStats));
+  console.log(`\nload average: ${loadAtStart.map((x) => x.toFixed(2)).join(' ')} at start, ${os.loadavg().map((x) => x.toFixed(2)).join(' ')} at end (${ncpu} CPUs)`);
   if (data.otherTests.atStart || data.otherTests.atEnd) console.log('\nwarning: vitest was running on this machine during the run; rerun on a quiet machine for numbers to quote');
   const jsonFile = opt.json ?? path.join(BIN, `datapath-${startedAt.replace(/[:.]/g, '-')}.json`);
   writeFileSync(jsonFile, toJson(data));

@@ -54,6 +54,10 @@ export interface BenchData {
   summary: Summary[];
   results: RoundResult[];
   profile: unknown[] | null;
+  /** --bpf-stats: the programs' own CPU per operation (bpfstats.ts) */
+  bpfStats?: unknown[] | null;
+  /** os.loadavg() (1, 5, 15 min) at the start and the end of the run */
+  loadAvg?: { atStart: number[]; atEnd: number[] };
 }
 
 const median = (xs: number[]): number => {
