@@ -93,6 +93,25 @@ export interface ProbeAttachResult {
   syscall?: string;
 }
 
+export interface MapEntriesOptions {
+  /** Walk the keys one by one even where batch lookup works (tests). */
+  noBatch?: boolean;
+  /** Entries asked per batch call (default min(max_entries, 4096); grown when a hash bucket holds more). */
+  chunk?: number;
+}
+
+/** A whole map's entries (mapEntries). */
+export interface MapEntries {
+  count: number;
+  keySize: number;
+  /** Per-CPU maps: every possible CPU's slot, 8-byte aligned each. */
+  valueSize: number;
+  keys: Buffer;
+  values: Buffer;
+  /** false: the map type or kernel has no batch lookup and the keys were walked one by one. */
+  batched: boolean;
+}
+
 export interface OriginalDst {
   family: 4 | 6;
   address: string;
@@ -146,6 +165,7 @@ interface Binding {
   mapLookup(fd: number, key: Buffer, valueSize: number): Buffer | null;
   mapDelete(fd: number, key: Buffer): boolean;
   mapKeys(fd: number, keySize: number): Buffer[];
+  mapEntries(fd: number, opts?: MapEntriesOptions): MapEntries;
   mapUpdateBatch(fd: number, keys: Buffer[], values: Buffer[]): void;
   mapDeleteBatch(fd: number, keys: Buffer[]): number;
   probeProgType(progType: number): boolean;
@@ -259,6 +279,15 @@ export function mapDelete(fd: number, key: Buffer): boolean {
 }
 export function mapKeys(fd: number, keySize: number): Buffer[] {
   return native.mapKeys(fd, keySize);
+}
+/**
+ * Every entry of a map, packed: entry i's key is keys[i*keySize, (i+1)*keySize),
+ * its value likewise in values. BPF_MAP_LOOKUP_BATCH where the kernel and map
+ * type have it (`batched`), else a key walk with one lookup per key; noBatch
+ * forces the walk (tests).
+ */
+export function mapEntries(fd: number, opts?: MapEntriesOptions): MapEntries {
+  return opts === undefined ? native.mapEntries(fd) : native.mapEntries(fd, opts);
 }
 export function mapUpdateBatch(fd: number, keys: Buffer[], values: Buffer[]): void {
   native.mapUpdateBatch(fd, keys, values);

@@ -6,6 +6,7 @@
 #include <linux/bpf.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <vector>
@@ -244,6 +245,112 @@ Napi::Value MapDeleteBatch(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, deleted);
 }
 
+// Every entry of a map, keys and values packed in two Buffers (count of
+// each, in the map's sizes). One BPF_MAP_LOOKUP_BATCH per chunk of entries
+// instead of a get_next_key + lookup pair per entry: `meshcap status` and the
+// reconcile read whole maps of 10,000 pods. Map types or kernels without batch
+// ops (LPM trie, < 5.6) and {noBatch: true} (tests) walk keys one by one.
+Napi::Value MapEntries(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "mapEntries", "fd");
+  MapDims d = Dims(env, fd, "mapEntries");
+  bool noBatch = false;
+  uint32_t chunk = std::min<uint32_t>(std::max<uint32_t>(d.maxEntries, 1), 4096);
+  if (ArgPresent(info, 1)) {
+    if (!info[1].IsObject()) ThrowType(env, "mapEntries: opts must be an object");
+    Napi::Object o = info[1].As<Napi::Object>();
+    Napi::Value v = o.Get("noBatch");
+    noBatch = v.IsBoolean() && v.As<Napi::Boolean>().Value();
+    Napi::Value c = o.Get("chunk");  // entries per batch call (tests: resume and growth)
+    if (c.IsNumber()) {
+      double x = c.As<Napi::Number>().DoubleValue();
+      if (!(x >= 1 && x <= 65536)) ThrowType(env, "mapEntries: opts.chunk must be 1..65536");
+      chunk = static_cast<uint32_t>(x);
+    }
+  }
+  const size_t ks = d.keySize, vs = d.valueSize;
+  std::vector<uint8_t> keys, values;
+  uint32_t n = 0;
+  bool batched = false;
+  if (ks > 0 && !noBatch) {
+    // The resume token: a bucket index (hash maps) or a key (arrays).
+    std::vector<uint8_t> inTok(std::max<size_t>(ks, 8)), outTok(inTok.size());
+    bool first = true;
+    batched = true;
+    LIBBPF_OPTS(bpf_map_batch_opts, opts);
+    for (;;) {
+      keys.resize((static_cast<size_t>(n) + chunk) * ks);
+      values.resize((static_cast<size_t>(n) + chunk) * vs);
+      uint32_t count = chunk;
+      int r = bpf_map_lookup_batch(fd, first ? nullptr : inTok.data(), outTok.data(),
+                                   keys.data() + static_cast<size_t>(n) * ks,
+                                   values.data() + static_cast<size_t>(n) * vs, &count, &opts);
+      if (r == 0) {
+        n += count;
+        first = false;
+        inTok.swap(outTok);
+        continue;
+      }
+      int err = ErrOf(r);
+      if (err == ENOENT) {  // the last chunk (count may be 0)
+        n += count;
+        break;
+      }
+      if (err == ENOSPC && chunk < (1u << 20)) {  // one hash bucket holds more than chunk entries
+        chunk *= 2;
+        continue;
+      }
+      if (first && NoBatchSupport(err)) {
+        batched = false;
+        n = 0;
+        break;
+      }
+      ThrowNativeError(env, err, "bpf_map_lookup_batch", MapObj(fd));
+    }
+  }
+  if (ks > 0 && !batched) {
+    // One by one, as mapKeys walks (seen-set and step bound, see there).
+    std::set<std::string> seen;
+    std::string cur(ks, '\0'), next(ks, '\0');
+    bool first = true;
+    const uint64_t maxSteps = 4ull * (static_cast<uint64_t>(d.maxEntries) + 1) + 64;
+    keys.clear();
+    values.clear();
+    std::vector<uint8_t> value(vs);
+    for (uint64_t step = 0;; step++) {
+      if (step > maxSteps)
+        ThrowNativeError(env, EAGAIN, "bpf_map_get_next_key",
+                         MapObj(fd) + " (walk did not finish in " + std::to_string(maxSteps) +
+                             " steps: map changing too fast)");
+      int r = bpf_map_get_next_key(fd, first ? nullptr : cur.data(), next.data());
+      if (r < 0) {
+        int err = ErrOf(r);
+        if (err == ENOENT) break;
+        ThrowNativeError(env, err, "bpf_map_get_next_key", MapObj(fd));
+      }
+      first = false;
+      cur.swap(next);
+      if (!seen.insert(cur).second) continue;
+      int l = bpf_map_lookup_elem(fd, cur.data(), value.data());
+      if (l < 0) {
+        if (ErrOf(l) == ENOENT) continue;  // deleted since the walk saw it
+        ThrowNativeError(env, ErrOf(l), "bpf_map_lookup_elem", MapObj(fd));
+      }
+      keys.insert(keys.end(), cur.begin(), cur.end());
+      values.insert(values.end(), value.begin(), value.end());
+      n++;
+    }
+  }
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("count", Napi::Number::New(env, n));
+  out.Set("keySize", Napi::Number::New(env, static_cast<double>(ks)));
+  out.Set("valueSize", Napi::Number::New(env, static_cast<double>(vs)));
+  out.Set("keys", Napi::Buffer<uint8_t>::Copy(env, keys.data(), static_cast<size_t>(n) * ks));
+  out.Set("values", Napi::Buffer<uint8_t>::Copy(env, values.data(), static_cast<size_t>(n) * vs));
+  out.Set("batched", Napi::Boolean::New(env, batched));
+  return out;
+}
+
 }  // namespace
 
 void InitMaps(Napi::Env env, Napi::Object exports) {
@@ -251,6 +358,7 @@ void InitMaps(Napi::Env env, Napi::Object exports) {
   exports.Set("mapLookup", Napi::Function::New(env, MapLookup, "mapLookup"));
   exports.Set("mapDelete", Napi::Function::New(env, MapDelete, "mapDelete"));
   exports.Set("mapKeys", Napi::Function::New(env, MapKeys, "mapKeys"));
+  exports.Set("mapEntries", Napi::Function::New(env, MapEntries, "mapEntries"));
   exports.Set("mapUpdateBatch", Napi::Function::New(env, MapUpdateBatch, "mapUpdateBatch"));
   exports.Set("mapDeleteBatch", Napi::Function::New(env, MapDeleteBatch, "mapDeleteBatch"));
 }

@@ -87,6 +87,35 @@ describe('hash map', () => {
     bpf.mapUpdateBatch(hashFd, [], []);
   });
 
+  it('mapEntries: every entry by batch lookup, in chunks, and by the key walk, alike', () => {
+    clear(hashFd, 4);
+    expect(bpf.mapEntries(hashFd)).toMatchObject({ count: 0, keySize: 4, valueSize: 8, batched: true });
+    const n = 200;
+    bpf.mapUpdateBatch(hashFd, Array.from({ length: n }, (_, i) => u32(i)), Array.from({ length: n }, (_, i) => u64(i * 7)));
+    const asMap = (e: bpf.MapEntries) => {
+      const m = new Map<number, bigint>();
+      for (let i = 0; i < e.count; i++) m.set(e.keys.readUInt32LE(i * 4), e.values.readBigUInt64LE(i * 8));
+      return m;
+    };
+    const want = new Map(Array.from({ length: n }, (_, i) => [i, BigInt(i * 7)]));
+    const whole = bpf.mapEntries(hashFd);
+    expect(whole.batched).toBe(true);
+    expect(whole.keys.length).toBe(n * 4);
+    expect(asMap(whole)).toEqual(want);
+    // small chunks: resumed from the kernel's token; chunk 1 meets buckets of 2+ (ENOSPC, grown)
+    for (const chunk of [7, 1]) {
+      const e = bpf.mapEntries(hashFd, { chunk });
+      expect(e.batched).toBe(true);
+      expect(e.count).toBe(n);
+      expect(asMap(e)).toEqual(want);
+    }
+    const walked = bpf.mapEntries(hashFd, { noBatch: true });
+    expect(walked.batched).toBe(false);
+    expect(asMap(walked)).toEqual(want);
+    expect(() => bpf.mapEntries(hashFd, { chunk: 0 })).toThrow(/opts.chunk must be 1..65536/);
+    expect(() => bpf.mapEntries(progFd)).toThrow(/is not a bpf-map/);
+  });
+
   it('rejects Buffers whose size does not match the map with a TypeError', () => {
     expect(() => bpf.mapUpdate(hashFd, Buffer.alloc(8), u64(1))).toThrow(/key is 8 bytes, the map's key size is 4/);
     expect(() => bpf.mapUpdate(hashFd, u32(1), u32(1))).toThrow(TypeError);
@@ -111,8 +140,22 @@ describe('LPM trie', () => {
     expect(keys).toEqual([lpmKey(8, '198.0.0.0'), lpmKey(15, '198.18.0.0'), lpmKey(24, '198.18.7.0')].map((k) => k.toString('hex')).sort());
     expect(bpf.mapDelete(lpmFd, lpmKey(24, '198.18.7.0'))).toBe(true);
     expect(bpf.mapLookup(lpmFd, lpmKey(32, '198.18.7.9'), 4)).toEqual(u32(15));
+    // batch lookup where this kernel has it for tries (6.x), the key walk else; the same entries
+    const entries = (e: bpf.MapEntries) => Array.from({ length: e.count }, (_, i) => `${e.keys.subarray(i * 8, i * 8 + 8).toString('hex')}=${e.values.readUInt32LE(i * 4)}`).sort();
+    const want = [`${lpmKey(8, '198.0.0.0').toString('hex')}=8`, `${lpmKey(15, '198.18.0.0').toString('hex')}=15`].sort();
+    expect(entries(bpf.mapEntries(lpmFd))).toEqual(want);
+    const walked = bpf.mapEntries(lpmFd, { noBatch: true });
+    expect(walked.batched).toBe(false);
+    expect(entries(walked)).toEqual(want);
     expect(bpf.mapDeleteBatch(lpmFd, [lpmKey(8, '198.0.0.0'), lpmKey(24, '198.18.7.0'), lpmKey(15, '198.18.0.0')])).toBe(2);
     expect(bpf.mapKeys(lpmFd, 8)).toEqual([]);
+  });
+});
+
+describe('map without batch lookup (sockhash)', () => {
+  it('mapEntries falls back to the key walk instead of failing', () => {
+    const fd = obj!.maps().find((m) => m.name === 'sockets')!.fd;
+    expect(bpf.mapEntries(fd)).toMatchObject({ count: 0, batched: false });
   });
 });
 
@@ -125,6 +168,12 @@ describe('per-CPU array', () => {
     bpf.mapUpdate(percpuFd, u32(2), v);
     expect(bpf.mapLookup(percpuFd, u32(2), size)).toEqual(v);
     expect(() => bpf.mapLookup(percpuFd, u32(2), 4)).toThrow(new RegExp(`value size is ${size}`));
+    // arrays batch too; every slot of every CPU comes back
+    const e = bpf.mapEntries(percpuFd);
+    expect(e).toMatchObject({ count: 4, valueSize: size, batched: true });
+    const at = Array.from({ length: 4 }, (_, i) => e.keys.readUInt32LE(i * 4)).indexOf(2);
+    expect(e.values.subarray(at * size, (at + 1) * size)).toEqual(v);
+
   });
 });
 
