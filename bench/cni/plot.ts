@@ -8,8 +8,10 @@ import { gnuplot, PERCENTILE_AXIS, terminal } from '../datapath/plot.js';
 
 export interface CniRow {
   mode: string;
-  op?: 'DEL';
-  pod: 'unmeshed' | 'meshed-out' | 'meshed';
+  op?: 'DEL' | 'VERSION';
+  pod: 'unmeshed' | 'meshed-out' | 'meshed' | 'none';
+  /** 'node': exec'd by the bench's Node process (a comparison row, not drawn) */
+  parent?: 'node';
   concurrency: number;
   p50: number;
   p99: number;
@@ -44,7 +46,7 @@ export function plotCni(data: CniBenchData, file: string): void {
     const out: string[] = [];
     panels.forEach((p, pi) => {
       const lines = modes.flatMap((m) => {
-        const row = data.results.find((r) => r.mode === m && p.match(r));
+        const row = data.results.find((r) => r.mode === m && r.parent !== 'node' && p.match(r));
         const s = [...(row?.samples ?? [])].sort((a, b) => a - b);
         if (!s.length) return [];
         // the i-th smallest of n is the (i/n)-quantile
