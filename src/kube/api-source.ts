@@ -26,6 +26,8 @@ export interface ApiSourceOptions {
    * connection is noticed; default random in [300, 600) s, as client-go does.
    */
   watchTimeoutSeconds?: number;
+  /** Pods per LIST page (default 500). */
+  listPageSize?: number;
 }
 
 export interface ApiSourceStatus {
@@ -35,6 +37,9 @@ export interface ApiSourceStatus {
   /** The last failure since the watch was last healthy, if any. */
   lastError?: string;
 }
+
+/** Pods per LIST page (client-go's reflector pages by 500 too). */
+const LIST_PAGE = 500;
 
 const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/token';
 
@@ -101,6 +106,7 @@ export class ApiSource extends CachedPodSource implements PodSource {
   private readonly minBackoffMs: number;
   private readonly maxBackoffMs: number;
   private readonly watchTimeoutSeconds: number | undefined;
+  private readonly listPageSize: number;
   private rv = '';
   private isSynced = false;
   private watching = false;
@@ -121,6 +127,7 @@ export class ApiSource extends CachedPodSource implements PodSource {
     this.minBackoffMs = opts.minBackoffMs ?? 200;
     this.maxBackoffMs = opts.maxBackoffMs ?? 30_000;
     this.watchTimeoutSeconds = opts.watchTimeoutSeconds;
+    this.listPageSize = opts.listPageSize ?? LIST_PAGE;
   }
 
   /** Starts list+watch; resolves after the first successful LIST. */
@@ -234,20 +241,37 @@ export class ApiSource extends CachedPodSource implements PodSource {
     // The first LIST may come from the API server's watch cache ("0"); after a
     // 410 ask for a consistent read, or we could go back in time.
     const resourceVersion = this.isSynced ? undefined : '0';
-    let list;
-    try {
-      list = await this.api.listPodForAllNamespaces({ fieldSelector: this.fieldSelector, resourceVersion });
-    } catch (err) {
-      if ((err as { code?: number }).code === 410) throw new GoneError('LIST answered 410 Gone');
-      throw err;
-    }
-    if (this.stopped) return;
-    this.cache.replaceAll(list.items);
-    this.rv = list.metadata?.resourceVersion ?? '';
+    // In pages of listPageSize pods, each cut to its compact view before the next
+    // is asked for: the whole objects of a 10,000-pod node never sit in memory
+    // at once. (A server answering from its watch cache may ignore the limit
+    // and send everything in one page; that is correct too.)
+    const views: V1Pod[] = [];
+    let cont: string | undefined;
+    let rv = '';
+    do {
+      let page;
+      try {
+        page = await this.api.listPodForAllNamespaces({
+          fieldSelector: this.fieldSelector,
+          limit: this.listPageSize,
+          ...(cont ? { _continue: cont } : { resourceVersion }),
+        });
+      } catch (err) {
+        // an expired continue token is a 410 too: start over with a fresh list
+        if ((err as { code?: number }).code === 410) throw new GoneError('LIST answered 410 Gone');
+        throw err;
+      }
+      if (this.stopped) return;
+      for (const pod of page.items) views.push(this.cache.view(pod));
+      rv = page.metadata?.resourceVersion ?? '';
+      cont = page.metadata?._continue || undefined;
+    } while (cont);
+    this.cache.replaceAll(views);
+    this.rv = rv;
     if (!this.rv) throw new Error('pod LIST returned no resourceVersion');
     if (!this.isSynced) {
       this.isSynced = true;
-      this.log.info({ pods: list.items.length, resourceVersion: this.rv }, 'pods of this node listed');
+      this.log.info({ pods: views.length, resourceVersion: this.rv }, 'pods of this node listed');
       for (const w of this.syncWaiters.splice(0)) w.resolve();
     }
   }

@@ -2,6 +2,7 @@
 // Follows the file through in-place writes and editors' rename-replace (watch
 // on the directory), with an mtime poll as a fallback for filesystems where
 // inotify says nothing (NFS, some container mounts).
+import { createHash } from 'node:crypto';
 import { watch, type FSWatcher } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { basename, dirname, resolve } from 'node:path';
@@ -38,7 +39,8 @@ export class FileSource extends CachedPodSource implements PodSource {
   private debounceTimer: NodeJS.Timeout | undefined;
   private pollTimer: NodeJS.Timeout | undefined;
   private isSynced = false;
-  private lastText: string | undefined;
+  /** The last good text's digest (the text itself would be kept for as long as the file is unchanged). */
+  private lastDigest: string | undefined;
   private lastFingerprint = '';
   private error: FileSourceError | undefined;
   private reloading: Promise<void> | undefined;
@@ -160,10 +162,11 @@ export class FileSource extends CachedPodSource implements PodSource {
   }
 
   private apply(text: string, strict: boolean): void {
-    if (text === this.lastText) return;
+    const digest = createHash('sha256').update(text).digest('base64');
+    if (digest === this.lastDigest) return;
     let pods: V1Pod[];
     try {
-      const parsed = parsePodManifests(text, this.path);
+      const parsed = parsePodManifests(text, this.path, (pod) => this.cache.view(pod));
       pods = parsed.pods;
       for (const s of parsed.skipped) this.log.debug({ kind: s.kind, line: s.line }, 'ignoring a non-Pod object in the pods file');
     } catch (err) {
@@ -175,7 +178,7 @@ export class FileSource extends CachedPodSource implements PodSource {
       }
       return;
     }
-    this.lastText = text;
+    this.lastDigest = digest;
     if (this.error) this.log.info('pods file is valid again');
     this.error = undefined;
     this.cache.replaceAll(pods);
@@ -185,7 +188,7 @@ export class FileSource extends CachedPodSource implements PodSource {
   private fail(error: FileSourceError): void {
     const same = this.error?.message === error.message && this.error.line === error.line;
     this.error = error;
-    this.lastText = undefined; // fixing the file back to the last good text must reload
+    this.lastDigest = undefined; // fixing the file back to the last good text must reload
     if (!same) {
       this.log.error({ line: error.line, column: error.column, reason: error.message }, 'pods file rejected; keeping the last good state');
     }

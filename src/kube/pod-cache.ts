@@ -1,9 +1,11 @@
 // The in-memory pod set shared by every PodSource: applies changes, emits
 // ADDED/MODIFIED/DELETED exactly once per real change, and wakes waitFor().
+// It keeps each pod's compact view (pod-view.ts), never the object it was given.
 import { EventEmitter } from 'node:events';
 import { isDeepStrictEqual } from 'node:util';
 import type { V1Pod } from '@kubernetes/client-node';
 import { podKey, podNamespace, type PodChangeListener, type PodEventType } from './pod-source.js';
+import { podView, StringPool } from './pod-view.js';
 
 interface Waiter {
   resolve(pod: V1Pod | undefined): void;
@@ -14,6 +16,12 @@ export class PodCache {
   private readonly pods = new Map<string, V1Pod>();
   private readonly waiters = new Map<string, Set<Waiter>>();
   private readonly events = new EventEmitter<{ change: [PodEventType, V1Pod] }>();
+  private readonly strings = new StringPool();
+
+  /** The compact view this cache keeps of `pod` (sources may take it early, to drop the whole object sooner). */
+  view(pod: V1Pod): V1Pod {
+    return podView(pod, this.strings);
+  }
 
   get size(): number {
     return this.pods.size;
@@ -36,8 +44,9 @@ export class PodCache {
   }
 
   /** ADDED or MODIFIED (or nothing, if the pod did not change). */
-  upsert(pod: V1Pod): void {
-    const key = keyOf(pod);
+  upsert(whole: V1Pod): void {
+    const key = keyOf(whole);
+    const pod = this.view(whole);
     const old = this.pods.get(key);
     if (old && samePod(old, pod)) return;
     this.pods.set(key, pod);
@@ -46,10 +55,10 @@ export class PodCache {
   }
 
   /** DELETED with the last state the cache had, if it had the pod. */
-  remove(pod: V1Pod): void {
-    const key = keyOf(pod);
+  remove(whole: V1Pod): void {
+    const key = keyOf(whole);
     if (!this.pods.delete(key)) return;
-    this.emit('DELETED', pod);
+    this.emit('DELETED', this.view(whole));
   }
 
   /**

@@ -1,6 +1,6 @@
 // Parses Pod manifests as kubectl accepts them: YAML or JSON, one object, many
 // `---` documents, or a List/PodList. Errors carry the line, for the operator.
-import { LineCounter, parseAllDocuments, isNode, type Document } from 'yaml';
+import { Composer, LineCounter, Parser, parseAllDocuments, isNode, type Document } from 'yaml';
 import type { V1Pod } from '@kubernetes/client-node';
 import { isObject } from '../mesh/vocabulary.js';
 import { podShapeProblem } from './pod-shape.js';
@@ -23,22 +23,57 @@ export interface ParsedManifests {
   skipped: { kind: string; line: number | undefined }[];
 }
 
-export function parsePodManifests(text: string, file: string): ParsedManifests {
+/**
+ * The pods of a manifest file. `view` (the pod cache's compact view) is
+ * applied to each pod as soon as its document is read, so with a `---`
+ * stream of 10,000 pods only one document's objects and parse tree are alive
+ * at a time, never the whole file's. (A List is one document: it is read
+ * whole.) A file with any error is read again the whole-file way, which
+ * names the error exactly as before (a syntax error anywhere before a
+ * missing name in an earlier document).
+ */
+export function parsePodManifests(text: string, file: string, view?: (pod: V1Pod) => V1Pod): ParsedManifests {
+  try {
+    return readDocuments(file, streamDocuments(text), view);
+  } catch (err) {
+    if (!(err instanceof ManifestError)) throw err;
+    const pretty = new LineCounter();
+    const docs = parseAllDocuments(text, { lineCounter: pretty, prettyErrors: true, uniqueKeys: true });
+    readDocuments(file, { docs: Array.isArray(docs) ? docs : [], lineCounter: pretty, checkFirst: true });
+    throw err;
+  }
+}
+
+interface DocumentSource {
+  docs: Iterable<Document.Parsed>;
+  lineCounter: LineCounter;
+  /** All documents' syntax errors before any content (the whole-file way). */
+  checkFirst?: boolean;
+}
+
+/** Documents one at a time, as the composer finishes them (parseAllDocuments gathers them all first). */
+function streamDocuments(text: string): DocumentSource {
   const lineCounter = new LineCounter();
-  const docs = parseAllDocuments(text, { lineCounter, prettyErrors: true, uniqueKeys: true });
+  const parser = new Parser(lineCounter.addNewLine);
+  const composer = new Composer({ uniqueKeys: true });
+  return { docs: composer.compose(parser.parse(text)), lineCounter };
+}
+
+function readDocuments(file: string, src: DocumentSource, view?: (pod: V1Pod) => V1Pod): ParsedManifests {
+  const { lineCounter } = src;
   const lineOf = (offset: number | undefined) => (offset === undefined ? undefined : lineCounter.linePos(offset));
   const result: ParsedManifests = { pods: [], skipped: [] };
-  const list = Array.isArray(docs) ? docs : [];
-
-  for (const doc of list) {
+  const syntax = (doc: Document.Parsed) => {
     const err = doc.errors[0];
     if (err) {
       const pos = err.linePos?.[0] ?? lineOf(err.pos[0]);
       throw new ManifestError(file, pos?.line, pos?.col, firstLine(err.message));
     }
-  }
+  };
+  if (src.checkFirst) for (const doc of src.docs) syntax(doc);
 
-  for (const doc of list) {
+  for (const doc of src.docs) {
+    syntax(doc);
     const value: unknown = doc.toJS({ maxAliasCount: 100 });
     if (value === null || value === undefined) continue; // empty document
     const docLine = lineOf(doc.contents?.range?.[0])?.line;
@@ -75,7 +110,7 @@ export function parsePodManifests(text: string, file: string): ParsedManifests {
     if (problem) throw new ManifestError(file, line, undefined, `Pod ${metadata.name}: ${problem}`);
     const pod = obj as V1Pod;
     if (metadata.namespace === undefined) pod.metadata = { ...pod.metadata, namespace: 'default' };
-    result.pods.push(pod);
+    result.pods.push(view ? view(pod) : pod);
   }
 }
 
