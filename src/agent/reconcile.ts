@@ -101,7 +101,7 @@ export async function reconcilePods(
   // One /proc scan for all pods, made lazily: only a missing listener asks for it.
   let procs: NetnsProcesses | undefined;
   const processes = () => (procs ??= netnsProcesses());
-  // One scan of the CIDR/port maps for the whole pass (see KeySnapshot).
+  // The per-pod maps read whole once for the pass (see KeySnapshot).
   let snap: KeySnapshot | undefined;
   let listening: Set<string> | undefined;
   const pass: PassState = {
@@ -172,8 +172,9 @@ interface PassState {
 async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassState, trigger: ReconcileTrigger): Promise<PodOutcome> {
   const base = { pod: podName(rec), containerId: rec.containerId };
   const cookie = cookieOf(rec);
+  const snap = rec.mode === 'ebpf' ? pass.snapshot() : undefined;
   // A pod's pinned link shows its netns live without a setns (most eBPF pods).
-  const shown = rec.mode === 'ebpf' && cookie !== null && d.datapath.ebpf?.netnsShownLive(rec.netns, cookie) === true;
+  const shown = rec.mode === 'ebpf' && cookie !== null && d.datapath.ebpf?.netnsShownLive(rec.netns, cookie, snap) === true;
   const ns = shown ? 'live' : await netnsState(rec.netns, cookie);
   if (ns !== 'live') {
     // The pod is gone (its DEL went unanswered) or the path names another netns now.
@@ -207,7 +208,6 @@ async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassS
   if (rec.mode === 'iptables' && trigger === 'load') return { ...base, outcome: 'ok' };
 
   const target = targetOf(rec);
-  const snap = rec.mode === 'ebpf' ? pass.snapshot() : undefined;
   let drift: string[];
   try {
     // The netns was just found live and the recorded one: for an eBPF pod what
@@ -217,6 +217,12 @@ async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassS
     drift = rec.mode === 'ebpf' && ebpfNow && cookie !== null
       ? ebpfNow.checkEntries(cookie, target.config, target.podIPs, snap)
       : await d.datapath.check(target, cookie, snap);
+    if (drift.length > 0 && snap && ebpfNow && cookie !== null) {
+      // The snapshot may predate an ADD of this pod during the pass: its
+      // mc_pods/mc_stats entries are read again before calling it drift.
+      ebpfNow.refreshSnapshot(snap, cookie, 'values');
+      drift = ebpfNow.checkEntries(cookie, target.config, target.podIPs, snap);
+    }
     if (drift.length > 0) {
       await d.datapath.register(target);
       if (snap && cookie !== null) d.datapath.ebpf?.refreshSnapshot(snap, cookie);

@@ -54,8 +54,24 @@ export function settingsOf(config: CaptureConfig): CaptureSettings {
   return settings;
 }
 
+/**
+ * One CaptureConfig per distinct settings: a node's pods share a few (one
+ * per workload), and a pass over 10,000 records parsed each one anew. The
+ * objects are shared, so nothing may change one (nothing does); the cache
+ * starts over past CONFIGS_KEPT distinct settings.
+ */
+const configs = new Map<string, CaptureConfig>();
+const CONFIGS_KEPT = 4096;
+
 export function configOf(rec: AttachmentRecord): CaptureConfig {
-  return buildCaptureConfig(rec.settings);
+  const key = JSON.stringify(rec.settings);
+  let cfg = configs.get(key);
+  if (!cfg) {
+    cfg = buildCaptureConfig(rec.settings);
+    if (configs.size >= CONFIGS_KEPT) configs.clear();
+    configs.set(key, cfg);
+  }
+  return cfg;
 }
 
 export function cookieOf(rec: AttachmentRecord): bigint | null {

@@ -3,13 +3,10 @@
 // Needs no running agent.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { execa } from 'execa';
-import { pino } from 'pino';
-import { binaryName, detectVariant } from '../fallback-iptables/apply.js';
 import { pinLayout } from '../loader/manifest.js';
-import { MAP } from '../maps/layout.js';
+import { MAP, mcStats } from '../maps/layout.js';
 import { EbpfBackend } from '../pod-datapath/ebpf.js';
-import { PodDatapath } from '../pod-datapath/pod-datapath.js';
+import type { PodDatapath } from '../pod-datapath/pod-datapath.js';
 import { netnsState } from '../pod-netns.js';
 import { configOf, cookieOf, readRecords, type AttachmentRecord } from './state-store.js';
 
@@ -76,6 +73,8 @@ function captureOf(rec: AttachmentRecord): PodStatus['capture'] {
  */
 export async function iptablesConnections(netns: string): Promise<{ outbound: number; inbound: number } | null> {
   try {
+    // loaded here: a node of eBPF pods never needs them (status starts faster)
+    const [{ execa }, { binaryName, detectVariant }] = await Promise.all([import('execa'), import('../fallback-iptables/apply.js')]);
     const variant = await detectVariant(netns, 4);
     const r = await execa('nsenter', [`--net=${netns}`, binaryName(variant, 4, '-save'), '-c', '-t', 'nat']);
     let outbound = 0;
@@ -95,13 +94,13 @@ export async function iptablesConnections(netns: string): Promise<{ outbound: nu
 /** Netns lookups in flight (libuv runs four at a time; the rest wait queued). */
 const NETNS_LOOKUPS = 16;
 
-async function mapLimit<T, R>(items: T[], width: number, f: (x: T) => Promise<R>): Promise<R[]> {
+async function mapLimit<T, R>(items: T[], width: number, f: (x: T, i: number) => Promise<R>): Promise<R[]> {
   const out: R[] = new Array(items.length);
   let next = 0;
   await Promise.all(Array.from({ length: Math.min(width, items.length) }, async () => {
     while (next < items.length) {
       const i = next++;
-      out[i] = await f(items[i]!);
+      out[i] = await f(items[i]!, i);
     }
   }));
   return out;
@@ -119,19 +118,29 @@ export async function collectStatus(opts: { stateDir: string; pinRoot: string })
     }
   }
   try {
-    const inMaps = new Set(ebpf?.pods() ?? []);
-    // One scan of the CIDR/port maps for every pod (a pod's own check scans
-    // them whole: O(pods x entries), 15 s for 1,000 pods).
+    // Every pod's entries and counters, each map read whole (a lookup per
+    // pod and entry, or a scan per pod, is what made 10,000 pods slow).
     const snap = ebpf?.snapshot();
-    const dp = new PodDatapath(ebpf, pino({ level: 'silent' }));
+    const inMaps = new Set(snap?.pods.keys() ?? []);
+    const statsOf = (cookie: bigint) => {
+      const v = snap?.stats.get(cookie);
+      return v ? mcStats.decode(v) : null;
+    };
+    // iptables pods only (CHECK's rules in their netns); loaded when there is one
+    let dp: PodDatapath | undefined;
+    const datapath = async () => {
+      if (dp) return dp;
+      const [{ pino }, { PodDatapath }] = await Promise.all([import('pino'), import('../pod-datapath/pod-datapath.js')]);
+      return (dp = new PodDatapath(ebpf, pino({ level: 'silent' })));
+    };
     const pods: PodStatus[] = [];
-    // Each netns lookup is a setns on a helper thread: many at once.
-    // A pod's pinned link shows its netns live without one (most eBPF pods).
-    const states = await mapLimit(records, NETNS_LOOKUPS, async (rec) => {
-      const cookie = cookieOf(rec);
-      if (rec.mode === 'ebpf' && ebpf && cookie !== null && ebpf.netnsShownLive(rec.netns, cookie)) return 'live' as const;
-      return netnsState(rec.netns, cookie);
-    });
+    // A pod's pinned link shows its netns live without a lookup (most eBPF
+    // pods); the others' lookups are a setns on a helper thread each: many at once.
+    const linked = records.filter((rec) => rec.mode === 'ebpf' && rec.netnsCookie !== null);
+    const shownList = ebpf ? ebpf.netnsShownLiveMany(linked.map((rec) => ({ netnsPath: rec.netns, netns: cookieOf(rec)! })), snap) : [];
+    const shownSet = new Set(linked.filter((_, i) => shownList[i]));
+    const shown = records.map((rec) => shownSet.has(rec));
+    const states = await mapLimit(records, NETNS_LOOKUPS, async (rec, i) => (shown[i] ? 'live' as const : netnsState(rec.netns, cookieOf(rec))));
     for (const [i, rec] of records.entries()) {
       const cookie = cookieOf(rec);
       const row: PodStatus = {
@@ -167,18 +176,18 @@ export async function collectStatus(opts: { stateDir: string; pinRoot: string })
           }
           row.state = !inMaps.has(cookie) ? 'missing' : row.drift.length > 0 ? 'drift' : 'present';
           inMaps.delete(cookie);
-          const s = ebpf.stats(cookie);
+          const s = statsOf(cookie);
           if (s) row.connections = { outbound: Number(s.outbound), inbound: Number(s.inbound), ownPod: Number(s.own_pod), dns: Number(s.dns) };
         }
       } else {
-        row.drift = await dp.check({ mode: rec.mode, netns: rec.netns, config: configOf(rec), podIPs: rec.podIPs }, cookie).catch((err: Error) => [err.message]);
+        row.drift = await (await datapath()).check({ mode: rec.mode, netns: rec.netns, config: configOf(rec), podIPs: rec.podIPs }, cookie).catch((err: Error) => [err.message]);
         row.connections = await iptablesConnections(rec.netns);
         row.state = row.drift.length > 0 ? 'drift' : row.connections ? 'present' : 'unknown';
       }
       pods.push(row);
     }
     for (const cookie of inMaps) {
-      const s = ebpf!.stats(cookie);
+      const s = statsOf(cookie);
       pods.push({
         namespace: null, name: null, containerId: null, netns: null, netnsCookie: cookie.toString(),
         mode: 'ebpf', profile: null, podIPs: [], capture: null,

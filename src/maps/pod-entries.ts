@@ -63,15 +63,33 @@ function addrBytes(ip: string): { family: 4 | 6; bytes: Buffer } {
   return parsed;
 }
 
-export function podEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[]): PodEntries {
-  const p = cfg.parsed;
-  const v4 = podIPs.map(addrBytes).filter((a) => a.family === 4);
-  const v6 = podIPs.map(addrBytes).filter((a) => a.family === 6);
-  const addr4 = Buffer.alloc(4 * MC_POD_ADDRS);
-  v4.forEach((a, i) => a.bytes.copy(addr4, i * 4));
-  const addr6 = Buffer.alloc(16 * MC_POD_ADDRS);
-  v6.forEach((a, i) => a.bytes.copy(addr6, i * 16));
+/** Where the netns cookie sits in the key of each map a pod has a variable number of entries in. */
+export const NETNS_OFFSET: Readonly<Record<string, number>> = Object.fromEntries(
+  ([[MAP.cidrs, mcCidrKey], [MAP.ports, mcPortKey], [MAP.portranges, mcPortRangeKey]] as const)
+    .map(([m, layout]) => [m, layout.fields.find((f) => f.name === 'netns')!.offset]),
+);
 
+/**
+ * What a config alone decides: its keyed entries (netns 0) and its flags.
+ * Computed once per config object: a pass over 10,000 pods whose records
+ * share a few configs (configOf returns one object per distinct settings)
+ * then only writes each pod's netns into copies of the keys.
+ */
+interface ConfigTemplate {
+  cidrs: MapEntry[];
+  ports: MapEntry[];
+  ranges: MapEntry[];
+  flags: number;
+  /** Each keyed entry's key as hex around its netns (diff compares hex keys). */
+  hex: Map<MapName, { before: string; after: string; value: Buffer; key: Buffer }[]>;
+}
+const templates = new WeakMap<CaptureConfig, ConfigTemplate>();
+
+function templateOf(cfg: CaptureConfig): ConfigTemplate {
+  const known = templates.get(cfg);
+  if (known) return known;
+  const p = cfg.parsed;
+  const netns = 0n;
   let flags = 0;
   if (p.outboundIncludeAll) flags |= PodFlag.OUT_ALL4 | PodFlag.OUT_ALL6;
   if (p.inboundCapture) flags |= PodFlag.IN_CAPTURE;
@@ -100,25 +118,6 @@ export function podEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[]):
   // The programs look at mc_portranges only for pods that have some.
   if (ranges.length) flags |= PodFlag.PORT_RANGES;
 
-  const key = u64Key(netns);
-  const pod: MapEntry = {
-    map: MAP.pods,
-    key,
-    value: mcPod.encode({
-      outbound_port: p.proxyPort,
-      inbound_port: p.inboundCapturePort,
-      tunnel_port: p.inboundTunnelPort,
-      dns_port: p.dnsPort,
-      proxy_uid: p.proxyUids[0] ?? NO_ID,
-      proxy_gid: p.proxyGids[0] ?? NO_ID,
-      flags,
-      n_addr4: v4.length,
-      n_addr6: v6.length,
-      addr4,
-      addr6,
-    }),
-  };
-
   const cidrs: MapEntry[] = [];
   const cidr = (c: Cidr, kind4: number) => {
     const kind = c.family === 4 ? kind4 : kind4 + 2;
@@ -138,14 +137,72 @@ export function podEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[]):
       cidr({ family: a.family, address: s, prefix: a.family === 4 ? 32 : 128, bytes: a.bytes }, CidrKind.DNS4);
     }
   }
+  const hex = new Map<MapName, { before: string; after: string; value: Buffer; key: Buffer }[]>();
+  for (const x of [...cidrs, ...ports, ...ranges]) {
+    const h = x.key.toString('hex');
+    const at = NETNS_OFFSET[x.map]! * 2;
+    const list = hex.get(x.map) ?? [];
+    list.push({ before: h.slice(0, at), after: h.slice(at + 16), value: x.value, key: x.key });
+    hex.set(x.map, list);
+  }
+  const t: ConfigTemplate = { cidrs, ports, ranges, flags, hex };
+  templates.set(cfg, t);
+  return t;
+}
 
+/** The pod's keyed entries as hex keys (and values), by map: what diff compares with the kernel's. */
+export function keyedHex(netns: bigint, cfg: CaptureConfig): Map<MapName, { hex: string; key: () => Buffer; value: Buffer }[]> {
+  const mid = u64Key(netns).toString('hex');
+  const out = new Map<MapName, { hex: string; key: () => Buffer; value: Buffer }[]>();
+  for (const [m, list] of templateOf(cfg).hex) {
+    out.set(m, list.map((x) => ({ hex: x.before + mid + x.after, key: () => withNetns(x.key, m, netns), value: x.value })));
+  }
+  return out;
+}
 
-  const stats: MapEntry = {
-    map: MAP.stats,
-    key,
-    value: mcStats.encode({ outbound: 0n, own_pod: 0n, inbound: 0n, dns: 0n, origdst: 0n }),
-  };
-  return { pod, stats, cidrs, ports, ranges };
+function withNetns(template: Buffer, map: MapName, netns: bigint): Buffer {
+  const key = Buffer.from(template);
+  key.writeBigUInt64LE(netns, NETNS_OFFSET[map]!);
+  return key;
+}
+
+/** The pod's mc_pods value. */
+export function podValue(cfg: CaptureConfig, podIPs: string[]): Buffer {
+  const p = cfg.parsed;
+  const v4: { bytes: Buffer }[] = [];
+  const v6: { bytes: Buffer }[] = [];
+  for (const ip of podIPs) {
+    const a = addrBytes(ip);
+    (a.family === 4 ? v4 : v6).push(a);
+  }
+  const addr4 = Buffer.alloc(4 * MC_POD_ADDRS);
+  v4.forEach((a, i) => a.bytes.copy(addr4, i * 4));
+  const addr6 = Buffer.alloc(16 * MC_POD_ADDRS);
+  v6.forEach((a, i) => a.bytes.copy(addr6, i * 16));
+  return mcPod.encode({
+    outbound_port: p.proxyPort,
+    inbound_port: p.inboundCapturePort,
+    tunnel_port: p.inboundTunnelPort,
+    dns_port: p.dnsPort,
+    proxy_uid: p.proxyUids[0] ?? NO_ID,
+    proxy_gid: p.proxyGids[0] ?? NO_ID,
+    flags: templateOf(cfg).flags,
+    n_addr4: v4.length,
+    n_addr6: v6.length,
+    addr4,
+    addr6,
+  });
+}
+
+const ZERO_STATS = mcStats.encode({ outbound: 0n, own_pod: 0n, inbound: 0n, dns: 0n, origdst: 0n });
+
+export function podEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[]): PodEntries {
+  const t = templateOf(cfg);
+  const key = u64Key(netns);
+  const pod: MapEntry = { map: MAP.pods, key, value: podValue(cfg, podIPs) };
+  const stats: MapEntry = { map: MAP.stats, key, value: Buffer.from(ZERO_STATS) };
+  const own = (list: MapEntry[]) => list.map((x) => ({ map: x.map, key: withNetns(x.key, x.map, netns), value: Buffer.from(x.value) }));
+  return { pod, stats, cidrs: own(t.cidrs), ports: own(t.ports), ranges: own(t.ranges) };
 }
 
 /** The netns a cidrs/ports key belongs to (for sweeping a pod's entries). */

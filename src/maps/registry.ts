@@ -8,21 +8,34 @@ import * as bpf from '../native/addon.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { MAP, mcPod, mcStats, u64Key, type McPod, type McStats } from './layout.js';
 import { FULL, MapFullError } from './map-full.js';
-import { keyedEntries, netnsOfKey, podEntries, type MapEntry, type MapName, type PodEntries } from './pod-entries.js';
+import { keyedEntries, keyedHex, netnsOfKey, NETNS_OFFSET, podEntries, podValue, type MapEntry, type MapName, type PodEntries } from './pod-entries.js';
 
 const SWEPT_ALL: MapName[] = [MAP.cidrs, MAP.ports, MAP.portranges];
 
 
 /**
- * The CIDR and port keys in the kernel, by pod (hex), read in one scan per
- * map. diff() of one pod scans whole maps; a pass over every pod (the
- * agent's reconcile) takes one snapshot instead, or it is O(pods x entries).
+ * The per-pod maps as one pass over every pod sees them, read whole (one
+ * BPF_MAP_LOOKUP_BATCH per few thousand entries, see bpf.mapEntries): a pass
+ * (the agent's reconcile, `meshcap status`) compares each pod against it
+ * instead of looking up each pod's entries, or scanning whole maps per pod
+ * (O(pods x entries)). diff() without one reads the kernel itself.
  */
-export type KeySnapshot = Map<MapName, Map<bigint, Set<string>>>;
+export interface KeySnapshot {
+  /** The CIDR/port/range keys (hex) of each pod, by map. */
+  keys: Map<MapName, Map<bigint, Set<string>>>;
+  /** mc_pods and mc_stats values by netns cookie. */
+  pods: Map<bigint, Buffer>;
+  stats: Map<bigint, Buffer>;
+  /** mc_portranges values by key (hex): a range's bounds are in its value. */
+  ranges: Map<string, Buffer>;
+  /** Pods whose inbound link pin was seen during this pass (EbpfBackend.netnsShownLive). */
+  inboundSeen: Set<bigint>;
+}
 
 export class PodMaps {
   private readonly fds = new Map<MapName, number>();
   private readonly keySizes = new Map<MapName, number>();
+  private readonly valueSizes = new Map<MapName, number>();
   /** The CIDR/port keys each pod has in the maps, built by one scan on first
    * use and kept by write/remove: without it every ADD and DEL walked every
    * pod's entries (O(node) per pod). The agent is the maps' only writer;
@@ -40,7 +53,9 @@ export class PodMaps {
         if (name === MAP.portranges && !existsSync(path.join(dir, name))) continue;
         const fd = bpf.objGet(path.join(dir, name));
         this.fds.set(name, fd);
-        this.keySizes.set(name, bpf.mapInfo(fd).keySize);
+        const info = bpf.mapInfo(fd);
+        this.keySizes.set(name, info.keySize);
+        this.valueSizes.set(name, info.valueSize);
       }
     } catch (e) {
       this.close();
@@ -84,6 +99,10 @@ export class PodMaps {
   /** The swept maps this datapath has (an older one has no mc_portranges). */
   private get swept(): MapName[] {
     return SWEPT_ALL.filter((m) => this.fds.has(m));
+  }
+
+  private valueSize(name: MapName): number {
+    return this.valueSizes.get(name)!;
   }
 
   private fd(name: MapName): number {
@@ -167,25 +186,58 @@ export class PodMaps {
     return index;
   }
 
-  snapshot(): KeySnapshot {
-    const snap: KeySnapshot = new Map();
+  /** Every pod's entries, each map read whole (noBatch: by the key walk, as on kernels without batch lookup; tests). */
+  snapshot(opts: { noBatch?: boolean } = {}): KeySnapshot {
+    const read = (m: MapName) => bpf.mapEntries(this.fd(m), opts.noBatch ? { noBatch: true } : undefined);
+    const byCookie = (m: MapName) => {
+      const e = read(m);
+      const out = new Map<bigint, Buffer>();
+      for (let i = 0; i < e.count; i++) out.set(e.keys.readBigUInt64LE(i * e.keySize), e.values.subarray(i * e.valueSize, (i + 1) * e.valueSize));
+      return out;
+    };
+    const snap: KeySnapshot = { keys: new Map(), pods: byCookie(MAP.pods), stats: byCookie(MAP.stats), ranges: new Map(), inboundSeen: new Set() };
     for (const m of this.swept) {
+      const e = read(m);
+      const at = NETNS_OFFSET[m]!;
+      const ks = e.keySize;
       const byPod = new Map<bigint, Set<string>>();
-      for (const key of bpf.mapKeys(this.fd(m), this.keySizes.get(m)!)) {
-        const netns = netnsOfKey(m, key)!;
+      for (let i = 0; i < e.count; i++) {
+        const netns = e.keys.readBigUInt64LE(i * ks + at);
+        const hex = e.keys.toString('hex', i * ks, (i + 1) * ks);
         const keys = byPod.get(netns);
-        if (keys) keys.add(key.toString('hex'));
-        else byPod.set(netns, new Set([key.toString('hex')]));
+        if (keys) keys.add(hex);
+        else byPod.set(netns, new Set([hex]));
+        if (m === MAP.portranges) snap.ranges.set(hex, e.values.subarray(i * e.valueSize, (i + 1) * e.valueSize));
       }
-      snap.set(m, byPod);
+      snap.keys.set(m, byPod);
     }
     return snap;
   }
 
-  /** After write(): the snapshot takes the pod's keys as written (write() throws if the kernel refused any). */
-  refreshSnapshot(snap: KeySnapshot, netns: bigint): void {
+  /**
+   * 'written', after write(): the snapshot takes the pod's entries as written
+   * (write() throws if the kernel refused any). 'values': only its mc_pods and
+   * mc_stats values, read again (a pass confirms a pod's drift with them: an
+   * ADD may have rewritten the pod since the snapshot).
+   */
+  refreshSnapshot(snap: KeySnapshot, netns: bigint, what: 'written' | 'values' = 'written'): void {
     const index = this.podIndex();
-    for (const m of this.swept) snap.get(m)!.set(netns, new Set((index.get(m)!.get(netns) ?? []).map((k) => k.toString('hex'))));
+    for (const m of what === 'written' ? this.swept : []) {
+      const keys = index.get(m)!.get(netns) ?? [];
+      snap.keys.get(m)!.set(netns, new Set(keys.map((k) => k.toString('hex'))));
+      if (m === MAP.portranges) {
+        for (const k of keys) {
+          const v = bpf.mapLookup(this.fd(m), k, this.valueSize(m));
+          if (v) snap.ranges.set(k.toString('hex'), v);
+        }
+      }
+    }
+    const key = u64Key(netns);
+    for (const [m, into, size] of [[MAP.pods, snap.pods, mcPod.size], [MAP.stats, snap.stats, mcStats.size]] as const) {
+      const v = bpf.mapLookup(this.fd(m), key, size);
+      if (v) into.set(netns, v);
+      else into.delete(netns);
+    }
   }
 
   keysOf(map: MapName, netns: bigint): Buffer[] {
@@ -209,23 +261,26 @@ export class PodMaps {
 
   /** Every entry the pod should have that is missing or different (empty: all good). */
   diff(netns: bigint, cfg: CaptureConfig, podIPs: string[], snap?: KeySnapshot): string[] {
-    const e = podEntries(netns, cfg, podIPs);
     const problems: string[] = [];
-    const live = bpf.mapLookup(this.fd(MAP.pods), e.pod.key, mcPod.size);
+    const want = podValue(cfg, podIPs);
+    const live = snap ? snap.pods.get(netns) : bpf.mapLookup(this.fd(MAP.pods), u64Key(netns), mcPod.size);
     if (!live) problems.push(`no ${MAP.pods} entry for netns cookie ${netns}`);
-    else if (!live.equals(e.pod.value)) problems.push(`${MAP.pods} entry for netns cookie ${netns} differs from the pod's config`);
-    if (!bpf.mapLookup(this.fd(MAP.stats), e.stats.key, mcStats.size)) problems.push(`no ${MAP.stats} entry`);
+    else if (!live.equals(want)) problems.push(`${MAP.pods} entry for netns cookie ${netns} differs from the pod's config`);
+    if (!(snap ? snap.stats.has(netns) : bpf.mapLookup(this.fd(MAP.stats), u64Key(netns), mcStats.size))) problems.push(`no ${MAP.stats} entry`);
+    const keyed = keyedHex(netns, cfg);
     for (const m of this.swept) {
-      const wantEntries = keyedEntries(e).filter((x) => x.map === m);
-      const want = wantEntries.map((x) => x.key.toString('hex'));
-      const have = snap ? (snap.get(m)!.get(netns) ?? new Set<string>()) : new Set(this.keysOf(m, netns).map((k) => k.toString('hex')));
-      const missing = want.filter((k) => !have.has(k));
-      if (missing.length) problems.push(`${missing.length} ${m} entries missing`);
-      const extra = [...have].filter((k) => !want.includes(k));
-      if (extra.length) problems.push(`${extra.length} stale ${m} entries`);
+      const wantEntries = keyed.get(m) ?? [];
+      const have = snap ? (snap.keys.get(m)!.get(netns) ?? new Set<string>()) : new Set(this.keysOf(m, netns).map((k) => k.toString('hex')));
+      const missing = wantEntries.filter((x) => !have.has(x.hex)).length;
+      if (missing) problems.push(`${missing} ${m} entries missing`);
+      const wanted = new Set(wantEntries.map((x) => x.hex));
+      let extra = 0;
+      for (const k of have) if (!wanted.has(k)) extra++;
+      if (extra) problems.push(`${extra} stale ${m} entries`);
       // A range's bounds are in its value, not its key.
       if (m === MAP.portranges) {
-        const differs = wantEntries.filter((x) => have.has(x.key.toString('hex'))).filter((x) => !bpf.mapLookup(this.fd(m), x.key, x.value.length)?.equals(x.value));
+        const valueOf = (x: (typeof wantEntries)[number]) => (snap ? snap.ranges.get(x.hex) : bpf.mapLookup(this.fd(m), x.key(), x.value.length));
+        const differs = wantEntries.filter((x) => have.has(x.hex)).filter((x) => !valueOf(x)?.equals(x.value));
         if (differs.length) problems.push(`${differs.length} ${m} entries with other bounds`);
       }
     }

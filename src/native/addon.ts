@@ -155,6 +155,7 @@ interface Binding {
   progAttach(progFd: number, targetFd: number, attachType: number): void;
   progDetach(progFd: number, targetFd: number, attachType: number): void;
   linkInfo(fd: number): LinkInfo;
+  linksProveNetns(pins: string[], netnsPaths: string[]): boolean[];
   progInfo(fd: number): ProgInfo;
   cgroupPrograms(cgroupPath: string, attachType: number): { id: number; name: string }[];
   mapInfo(fd: number): KernelMapInfo;
@@ -244,6 +245,15 @@ export function progDetach(progFd: number, targetFd: number, attachType: number)
 }
 export function linkInfo(fd: number): LinkInfo {
   return native.linkInfo(fd);
+}
+/**
+ * For each pair: true when the link pinned at pins[i] is a netns link living
+ * in the netns netnsPaths[i] names now (inode and nsfs device match); false
+ * for anything else (no pin, not a link, netns gone, path replaced). One call
+ * for a pass over every pod.
+ */
+export function linksProveNetns(pins: string[], netnsPaths: string[]): boolean[] {
+  return native.linksProveNetns(pins, netnsPaths);
 }
 export function progInfo(fd: number): ProgInfo {
   return native.progInfo(fd);

@@ -106,6 +106,12 @@ export function linkProvesNetns(pinRoot: string, netns: bigint, netnsPath: strin
   }
 }
 
+/** linkProvesNetns for many pods in one native call (a pass over every pod). */
+export function linksProveNetns(pinRoot: string, pods: { netns: bigint; netnsPath: string }[]): boolean[] {
+  const L = pinLayout(pinRoot);
+  return bpf.linksProveNetns(pods.map((p) => L.podInbound(p.netns)), pods.map((p) => p.netnsPath));
+}
+
 export function hasPodInbound(pinRoot: string, netns: bigint): boolean {
   return existsSync(pinLayout(pinRoot).podInbound(netns));
 }

@@ -14,7 +14,7 @@ import { PodMaps, type KeySnapshot } from '../maps/registry.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { addPassthroughV6, netnsCookie, netnsProblem } from '../pod-netns.js';
 import type { PodBackend, PodSetup, RemoveOutcome } from './backend.js';
-import { attachPodInbound, detachPodInbound, hasPodInbound, linkProvesNetns } from './ebpf-inbound.js';
+import { attachPodInbound, detachPodInbound, hasPodInbound, linkProvesNetns, linksProveNetns } from './ebpf-inbound.js';
 import { InboundPool } from './inbound-pool.js';
 import { listenerSnapshot, refillPodListeners, type ListenerRefill, type NetnsProcesses } from './ebpf-listeners.js';
 
@@ -94,13 +94,26 @@ export class EbpfBackend implements PodBackend {
   checkEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[], snap?: KeySnapshot): string[] {
     assertSupported(cfg, podIPs);
     const problems = this.maps.diff(netns, cfg, podIPs, snap);
-    if (cfg.parsed.inboundCapture && !hasPodInbound(this.pinRoot, netns)) problems.push('no inbound sk_lookup link pinned');
+    if (cfg.parsed.inboundCapture && !snap?.inboundSeen.has(netns) && !hasPodInbound(this.pinRoot, netns)) problems.push('no inbound sk_lookup link pinned');
     return problems;
   }
 
-  /** The recorded netns path still names the pod's netns, shown by its pinned link (false: unknown, look it up). */
-  netnsShownLive(netnsPath: string, netns: bigint): boolean {
-    return linkProvesNetns(this.pinRoot, netns, netnsPath);
+  /**
+   * The recorded netns path still names the pod's netns, shown by its pinned
+   * link (false: unknown, look it up). A pass's snapshot notes the link as seen
+   * (checkEntries then needs no second look for it).
+   */
+  netnsShownLive(netnsPath: string, netns: bigint, snap?: KeySnapshot): boolean {
+    const shown = linkProvesNetns(this.pinRoot, netns, netnsPath);
+    if (shown) snap?.inboundSeen.add(netns);
+    return shown;
+  }
+
+  /** netnsShownLive for many pods at once (one native call: `meshcap status`, the reconcile). */
+  netnsShownLiveMany(pods: { netnsPath: string; netns: bigint }[], snap?: KeySnapshot): boolean[] {
+    const shown = linksProveNetns(this.pinRoot, pods);
+    if (snap) pods.forEach((p, i) => shown[i] && snap.inboundSeen.add(p.netns));
+    return shown;
   }
 
   /** Removes everything of the pod by its cookie; returns the number of map entries removed. */
@@ -114,8 +127,8 @@ export class EbpfBackend implements PodBackend {
     return this.maps.snapshot();
   }
 
-  refreshSnapshot(snap: KeySnapshot, netns: bigint): void {
-    this.maps.refreshSnapshot(snap, netns);
+  refreshSnapshot(snap: KeySnapshot, netns: bigint, what?: 'written' | 'values'): void {
+    this.maps.refreshSnapshot(snap, netns, what);
   }
 
   /** False once the pinned maps are no longer the ones this object holds (reload needed). */

@@ -3,6 +3,7 @@
 #include <linux/bpf.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -120,9 +121,53 @@ Napi::Value CgroupPrograms(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// For each (pin, netns path) pair: does the link pinned at pin live in the
+// netns that path names now? (src/pod-datapath/ebpf-inbound.ts linkProvesNetns,
+// for a pass over every pod in one call: the per-pod cost is the syscalls, not
+// four round trips through N-API.) Anything that does not prove it is false.
+Napi::Value LinksProveNetns(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[0].IsArray() || !info[1].IsArray())
+    ThrowType(env, "linksProveNetns: pins and netnsPaths must be arrays of strings");
+  Napi::Array pins = info[0].As<Napi::Array>(), paths = info[1].As<Napi::Array>();
+  if (pins.Length() != paths.Length())
+    ThrowType(env, "linksProveNetns: " + std::to_string(pins.Length()) + " pins but " +
+                       std::to_string(paths.Length()) + " netns paths");
+  struct stat nsfs {};
+  bool haveNsfs = stat("/proc/self/ns/net", &nsfs) == 0;
+  Napi::Array out = Napi::Array::New(env, pins.Length());
+  for (uint32_t i = 0; i < pins.Length(); i++) {
+    Napi::Value p = pins.Get(i), n = paths.Get(i);
+    if (!p.IsString() || !n.IsString())
+      ThrowType(env, "linksProveNetns: pins[" + std::to_string(i) + "] and netnsPaths[" +
+                         std::to_string(i) + "] must be strings");
+    bool proven = false;
+    int fd = haveNsfs ? bpf_obj_get(p.As<Napi::String>().Utf8Value().c_str()) : -1;
+    if (fd >= 0) {
+      char link[64], target[64];
+      snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+      ssize_t len = readlink(link, target, sizeof(target) - 1);
+      std::string kind = len > 0 ? std::string(target, static_cast<size_t>(len)) : "";
+      bpf_link_info li{};
+      __u32 ilen = sizeof(li);
+      if ((kind == "anon_inode:bpf-link" || kind == "anon_inode:bpf_link") &&
+          bpf_obj_get_info_by_fd(fd, &li, &ilen) == 0 && li.type == BPF_LINK_TYPE_NETNS &&
+          li.netns.netns_ino != 0) {
+        struct stat st {};
+        proven = stat(n.As<Napi::String>().Utf8Value().c_str(), &st) == 0 &&
+                 st.st_ino == li.netns.netns_ino && st.st_dev == nsfs.st_dev;
+      }
+      close(fd);
+    }
+    out.Set(i, Napi::Boolean::New(env, proven));
+  }
+  return out;
+}
+
 }  // namespace
 
 void InitInfo(Napi::Env env, Napi::Object exports) {
+  exports.Set("linksProveNetns", Napi::Function::New(env, LinksProveNetns, "linksProveNetns"));
   exports.Set("cgroupPrograms", Napi::Function::New(env, CgroupPrograms, "cgroupPrograms"));
   exports.Set("linkInfo", Napi::Function::New(env, LinkInfo, "linkInfo"));
   exports.Set("progInfo", Napi::Function::New(env, ProgInfo, "progInfo"));

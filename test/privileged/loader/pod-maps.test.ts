@@ -65,4 +65,37 @@ describeEbpf('PodMaps', () => {
     later.write(B, cfg({}), IP);
     expect(later.diff(B, cfg({}), IP)).toEqual([]);
   });
+
+  it('a snapshot read by batch lookup and one read by the key walk are the same, and diff against either finds what the kernel shows', () => {
+    const m = maps();
+    const ranged = cfg({ 'traffic.sidecar.istio.io/excludeOutboundPorts': '1,2,3,4', 'traffic.sidecar.istio.io/excludeInboundPorts': Array.from({ length: 20 }, (_, i) => 20000 + i).join(','), 'traffic.sidecar.istio.io/excludeOutboundIPRanges': '198.19.0.0/16' });
+    const plain = cfg({});
+    m.write(A, ranged, IP);
+    m.write(B, plain, ['198.18.0.11']);
+    const dump = (s: ReturnType<PodMaps['snapshot']>) => JSON.stringify({
+      keys: [...s.keys].map(([map, byPod]) => [map, [...byPod].map(([n, k]) => [String(n), [...k].sort()]).sort()]),
+      pods: [...s.pods].map(([n, v]) => [String(n), v.toString('hex')]).sort(),
+      stats: [...s.stats].map(([n, v]) => [String(n), v.toString('hex')]).sort(),
+      ranges: [...s.ranges].map(([k, v]) => [k, v.toString('hex')]).sort(),
+    });
+    for (const noBatch of [false, true]) {
+      const snap = m.snapshot({ noBatch });
+      expect(dump(snap)).toBe(dump(m.snapshot({ noBatch: !noBatch })));
+      expect(snap.pods.size).toBe(2);
+      expect(snap.ranges.size).toBeGreaterThan(0);
+      expect(m.diff(A, ranged, IP, snap)).toEqual([]);
+      expect(m.diff(B, plain, ['198.18.0.11'], snap)).toEqual([]);
+      // the snapshot's view of a wrong config or address is the kernel's
+      expect(m.diff(A, plain, IP, snap)).toEqual(m.diff(A, plain, IP));
+      expect(m.diff(A, plain, IP, snap).join('; ')).toMatch(/mc_pods entry for netns cookie .* differs.*stale mc_ports entries.*stale mc_portranges entries/);
+      expect(m.diff(B, plain, ['198.18.0.12'], snap)).toEqual([`mc_pods entry for netns cookie ${B} differs from the pod's config`]);
+    }
+    // a pod gone from the maps after the snapshot: 'values' re-reads its mc_pods/mc_stats
+    const snap = m.snapshot();
+    m.remove(B);
+    expect(m.diff(B, plain, ['198.18.0.11'], snap)).toEqual([]);
+    m.refreshSnapshot(snap, B, 'values');
+    expect(m.diff(B, plain, ['198.18.0.11'], snap)).toEqual([`no mc_pods entry for netns cookie ${B}`, 'no mc_stats entry']);
+    expect(m.diff(B, plain, ['198.18.0.11'])).toEqual(expect.arrayContaining([`no mc_pods entry for netns cookie ${B}`, 'no mc_stats entry']));
+  });
 });
