@@ -33,6 +33,20 @@ describe('parsePodManifests', () => {
     expect(r.pods[0]!.spec!.containers[0]!.name).toBe('c');
   });
 
+  it('reads JSON the fast way and still names its problems with the line, duplicate keys included', () => {
+    const pod = (name: string, extra = '') => `{"kind":"Pod","metadata":{"name":"${name}","annotations":{"a\\":\\"b":"x\\" : \\"y", "c": "{\\"d\\": 1}"}${extra}},"spec":{"containers":[{"name":"app"}]}}`;
+    const list = parsePodManifests(`{"kind":"List","items":[\n${pod('a')},\n${pod('b')}]}`, 'f');
+    expect(list.pods.map((p) => p.metadata!.name)).toEqual(['a', 'b']);
+    expect(list.pods[0]!.metadata!.annotations).toEqual({ 'a":"b': 'x" : "y', c: '{"d": 1}' });
+    expect(list.pods[0]!.metadata!.namespace).toBe('default');
+    // a key twice: JSON.parse would keep the last; the file is refused as YAML refuses it
+    const dup = fails(`{"kind":"List","items":[\n${pod('a')},\n${pod('b', ',"name":"c"')}]}`);
+    expect(dup.line).toBe(3);
+    expect(dup.detail).toMatch(/unique/i);
+    const noName = fails('{"kind":"List","items":[\n{"kind":"Pod","metadata":{}}]}');
+    expect([noName.line, noName.detail]).toEqual([2, 'Pod has no metadata.name']);
+  });
+
   it('reports YAML syntax errors with file and line', () => {
     const e = fails('kind: Pod\nmetadata:\n  name: a\n  labels: {x: 1\n');
     expect(e.file).toBe('/etc/pods.yaml');
