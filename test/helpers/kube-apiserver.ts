@@ -7,7 +7,9 @@
 // metadata.namespace; =, ==, !=) including the ADDED/DELETED a watcher sees
 // when a pod moves in or out of its selector, allowWatchBookmarks,
 // timeoutSeconds, and 410 Gone (an ERROR event carrying a Status) when a watch
-// asks for history that was compacted away.
+// asks for history that was compacted away. LIST pages with limit/continue
+// (pages after the first show the pods as they are then, not as a snapshot
+// of the first page's resourceVersion, as the real server would).
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -231,8 +233,20 @@ export class KubeApiServer {
     if (query.resourceVersionMatch === 'Exact' && rv !== undefined && rv !== 0 && rv < this.compactedRv) {
       return sendStatus(res, 410, 'Expired', `too old resource version: ${rv} (${this.compactedRv})`);
     }
-    const items = [...this.pods.values()].filter(match).sort(byKey).map(clone);
-    sendJson(res, 200, { kind: 'PodList', apiVersion: 'v1', metadata: { resourceVersion: String(this.rv) }, items });
+    let items = [...this.pods.values()].filter(match).sort(byKey);
+    let listRv = this.rv;
+    if (query.continue) {
+      const [rvOfList, after] = JSON.parse(Buffer.from(query.continue, 'base64url').toString('utf8')) as [number, string];
+      listRv = rvOfList;
+      items = items.filter((p) => keyOf(p) > after);
+    }
+    const limit = Number(query.limit ?? '0');
+    let next: string | undefined;
+    if (limit > 0 && items.length > limit) {
+      items = items.slice(0, limit);
+      next = Buffer.from(JSON.stringify([listRv, keyOf(items.at(-1)!)])).toString('base64url');
+    }
+    sendJson(res, 200, { kind: 'PodList', apiVersion: 'v1', metadata: { resourceVersion: String(listRv), ...(next ? { continue: next } : {}) }, items: items.map(clone) });
   }
 
   private watch(res: ServerResponse, match: (pod: V1Pod) => boolean, rv: number | undefined, query: Record<string, string>): void {
@@ -326,9 +340,13 @@ function sendStatus(res: ServerResponse, code: number, reason: string, message: 
   sendJson(res, code, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code });
 }
 
+function keyOf(p: V1Pod): string {
+  return `${p.metadata?.namespace}/${p.metadata?.name}`;
+}
+
 function byKey(a: V1Pod, b: V1Pod): number {
-  const ka = `${a.metadata?.namespace}/${a.metadata?.name}`;
-  const kb = `${b.metadata?.namespace}/${b.metadata?.name}`;
+  const ka = keyOf(a);
+  const kb = keyOf(b);
   return ka < kb ? -1 : ka > kb ? 1 : 0;
 }
 

@@ -360,8 +360,9 @@ describe('ApiSource against a real kube-apiserver', () => {
       'contexts:', '- name: agent', '  context: {cluster: test, user: agent}', '',
     ].join('\n'));
     const logs2: string[] = [];
+    // (its LIST in pages of 2: the three pods take two pages and a continue token)
     src2 = new ApiSource({
-      kubeConfig: loadKubeConfig(kubeconfigFile), nodeName: NODE, minBackoffMs: 100, maxBackoffMs: 1000, watchTimeoutSeconds: WATCH_TIMEOUT_S,
+      kubeConfig: loadKubeConfig(kubeconfigFile), nodeName: NODE, minBackoffMs: 100, maxBackoffMs: 1000, watchTimeoutSeconds: WATCH_TIMEOUT_S, listPageSize: 2,
       logger: pino({ level: 'debug' }, { write(line: string) { const l = JSON.parse(line) as { msg: string; err?: string }; logs2.push(`${l.msg}${l.err ? `: ${l.err}` : ''}`); } }),
     });
     await src2.start();

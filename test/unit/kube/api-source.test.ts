@@ -72,6 +72,21 @@ describe('ApiSource', () => {
     });
   });
 
+  it('lists in pages (limit, then continue without a resourceVersion) and keeps each pod\'s compact view', async () => {
+    api.addPod(testPod('shop', 'web-3', NODE, { metadata: { name: 'web-3', namespace: 'shop', annotations: { 'sidecar.istio.io/status': '{}', 'kubectl.kubernetes.io/last-applied-configuration': 'x'.repeat(1000) } } }));
+    const s = open({ listPageSize: 1 });
+    await s.start();
+    expect(names()).toEqual(['default/db-0', 'shop/web-1', 'shop/web-3']);
+    expect(lists().map((r) => [r.query.limit, r.query.resourceVersion, r.query.continue === undefined ? 'first' : 'continue'])).toEqual([
+      ['1', '0', 'first'], ['1', undefined, 'continue'], ['1', undefined, 'continue'],
+    ]);
+    // the watch starts from the list's version, not a later page's
+    await until(() => s.status().watching, 'the watch');
+    expect(watches()[0]!.query.resourceVersion).toBe(api.resourceVersion);
+    expect(s.get('shop', 'web-3')!.metadata!.annotations).toEqual({ 'sidecar.istio.io/status': '{}' });
+    expect(s.get('shop', 'web-3')!.metadata!.uid).toBeTruthy();
+  });
+
   it('applies watch events, ignores other nodes, sees a pod bound to this node, and waitFor gets a late pod', async () => {
     const s = open();
     await s.start();
