@@ -61,11 +61,15 @@ function sameNetns(a: AttachmentRecord, b: AttachmentRecord): boolean {
   return a.netns !== '' && a.netns === b.netns;
 }
 
+const SELF_NETNS = '/proc/self/ns/net';
+/** The agent's own netns never changes: stat it once. */
+let selfNetns: { dev: number; ino: number } | undefined;
+
 /** Whether `netns` is the network namespace the agent itself runs in (the host's: the agent uses hostNetwork). */
-export function isHostNetns(netns: string, self = '/proc/self/ns/net'): boolean {
+export function isHostNetns(netns: string, self = SELF_NETNS): boolean {
   try {
     const a = statSync(netns);
-    const b = statSync(self);
+    const b = self === SELF_NETNS ? (selfNetns ??= statSync(self)) : statSync(self);
     return a.dev === b.dev && a.ino === b.ino;
   } catch {
     return false; // a path that does not exist is register()'s error to report
@@ -132,7 +136,7 @@ export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { remove
       const target: PodTarget = { mode: decision.mode, netns: req.netns, config: decision.config, podIPs: decision.podIPs };
       let cookie: bigint | null;
       try {
-        cookie = await d.datapath.register(target);
+        cookie = await d.datapath.register(req.netnsCookie !== undefined ? { ...target, netnsCookie: req.netnsCookie } : target);
       } catch (err) {
         await d.datapath.unregister(target, null).catch(() => undefined);
         const e = new CniError(AGENT_ERROR_CODES.SETUP_FAILED, `cannot set up the ${decision.mode} redirect of pod ${pod} in ${req.netns}: ${causeOf(err)}`);

@@ -16,6 +16,8 @@ export interface RawRequest {
   args: string;
   path: string;
   stdin: string;
+  /** ADD: the netns cookie the forwarder read in CNI_NETNS (decimal), when it could. */
+  netnsCookie?: string;
 }
 
 export type ParsedRequest =
@@ -73,5 +75,6 @@ export function parseRequest(raw: RawRequest): ParsedRequest {
   };
   if (args.K8S_POD_NAMESPACE) request.podNamespace = args.K8S_POD_NAMESPACE;
   if (args.K8S_POD_NAME) request.podName = args.K8S_POD_NAME;
+  if (raw.netnsCookie !== undefined && command === 'ADD') request.netnsCookie = BigInt(raw.netnsCookie);
   return { command, request, validAttachments: command === 'GC' ? validAttachments(config) : [] };
 }

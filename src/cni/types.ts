@@ -21,6 +21,12 @@ export interface CniRequest {
   cniVersion: string;
   /** The parsed network config, incl. prevResult, name, type and plugin-specific keys. */
   config: NetConf;
+  /**
+   * ADD: the cookie of CNI_NETNS's netns as the forwarder read it just before
+   * (SO_NETNS_COOKIE in that netns), so the agent need not enter the netns;
+   * absent when the forwarder could not (or is older).
+   */
+  netnsCookie?: bigint;
 }
 
 /** What ADD decided, for the request's log line. */

@@ -49,6 +49,15 @@ export function decodeWireRequest(buf: Buffer): RawRequest {
     if (typeof v !== 'string') throw new CniError(CNI_ERROR_CODES.DECODE_FAILURE, `forwarder request field ${k} must be a string`);
     out[k] = v;
   }
+  // Optional (ADD, forwarders since it was added): the pod netns's cookie as
+  // the forwarder read it, a u64 in decimal; absent, the agent looks it up.
+  if (m.netnsCookie !== undefined) {
+    const c = m.netnsCookie;
+    if (typeof c !== 'string' || !/^[1-9][0-9]{0,19}$/.test(c) || BigInt(c) >= 1n << 64n) {
+      throw new CniError(CNI_ERROR_CODES.DECODE_FAILURE, `forwarder request field netnsCookie must be a non-zero u64 in decimal, got ${JSON.stringify(c).slice(0, 40)}`);
+    }
+    out.netnsCookie = c;
+  }
   return out;
 }
 

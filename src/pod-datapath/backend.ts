@@ -12,6 +12,8 @@ export interface PodSetup {
   netns: string;
   config: CaptureConfig;
   podIPs: string[];
+  /** register: the netns's cookie when already known (the forwarder read it); else the backend looks it up. */
+  netnsCookie?: bigint;
 }
 
 /** A pod's redirect in a given mode (the agent's records carry the mode). */

@@ -62,7 +62,7 @@ export class EbpfBackend implements PodBackend {
   }
 
   async register(p: PodSetup): Promise<bigint> {
-    const netns = await netnsCookie(p.netns);
+    const netns = p.netnsCookie ?? (await netnsCookie(p.netns));
     if (p.config.enableIPv6 || p.podIPs.some((ip) => ip.includes(':'))) await addPassthroughV6(p.netns);
     assertSupported(p.config, p.podIPs);
     this.maps.write(netns, p.config, p.podIPs);

@@ -40,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *values[CNI_WIRE_ENV_COUNT] = {part[1], part[2], part[3], part[5], part[4]};
   const char *in = part[6];
   char msg[256];
-  char *req = cni_build_request(1, part[0], values, in, strlen(in), msg, sizeof msg);
+  char *req = cni_build_request(1, part[0], values, in, strlen(in), NULL, msg, sizeof msg);
   if (req == NULL) {
     must(strstr(msg, "UTF-8") != NULL || strstr(msg, "memory") != NULL);
   } else {

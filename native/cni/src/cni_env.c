@@ -26,7 +26,8 @@ const char *cni_args_pod_namespace(const char *args, char *out, size_t out_len) 
 }
 
 char *cni_build_request(int wire_version, const char *command, const char *const values[CNI_WIRE_ENV_COUNT],
-                        const char *stdin_text, size_t stdin_len, char *msg, size_t msg_len) {
+                        const char *stdin_text, size_t stdin_len, const char *netns_cookie, char *msg,
+                        size_t msg_len) {
   json_t *req = json_object();
   if (req == NULL) goto oom;
   json_object_set_new(req, "v", json_integer(wire_version));
@@ -47,6 +48,7 @@ char *cni_build_request(int wire_version, const char *command, const char *const
     return NULL;
   }
   json_object_set_new(req, "stdin", in);
+  if (netns_cookie != NULL) json_object_set_new(req, "netnsCookie", json_string(netns_cookie));
   char *out = json_dumps(req, JSON_COMPACT);
   json_decref(req);
   if (out != NULL) return out;

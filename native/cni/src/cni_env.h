@@ -15,11 +15,13 @@ extern const char *const cni_wire_env_keys[CNI_WIRE_ENV_COUNT];  /* containerId,
  * (NUL-terminated); NULL if absent or longer than out_len - 1. */
 const char *cni_args_pod_namespace(const char *args, char *out, size_t out_len);
 
-/* The wire request (docs/cni.md), malloc'd: {"v":1,"command",<keys>,"stdin"}.
+/* The wire request (docs/cni.md), malloc'd: {"v":1,"command",<keys>,"stdin"}
+ * plus "netnsCookie" (decimal) when netns_cookie is not NULL.
  * values[i] may be NULL (sent as ""); stdin_text is JSON the caller parsed
  * (so valid UTF-8). NULL with msg set when a value is not valid UTF-8 or
  * memory ran out. */
 char *cni_build_request(int wire_version, const char *command, const char *const values[CNI_WIRE_ENV_COUNT],
-                        const char *stdin_text, size_t stdin_len, char *msg, size_t msg_len);
+                        const char *stdin_text, size_t stdin_len, const char *netns_cookie, char *msg,
+                        size_t msg_len);
 
 #endif

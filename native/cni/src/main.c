@@ -7,6 +7,7 @@
  * time: stdin above STDIN_CAP or not closed within STDIN_TIMEOUT_MS, and an
  * agent silent past agentTimeoutMs, all end in a CNI error, never a hang. */
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include "cni_config.h"
 #include "cni_env.h"
 #include "cni_error.h"
+#include "netns_cookie.h"
 #include "relay.h"
 #include "result_convert.h"
 
@@ -229,7 +231,16 @@ int main(void) {
 
   const char *values[CNI_WIRE_ENV_COUNT];
   for (size_t i = 0; i < CNI_WIRE_ENV_COUNT; i++) values[i] = getenv(cni_wire_env_names[i]);
-  char *req = cni_build_request(WIRE_PROTOCOL_VERSION, command, values, stdin_buf, (size_t)n, msg, sizeof msg);
+  /* ADD: the pod netns's cookie, so the agent need not enter the netns
+   * itself; when it cannot be read here the agent looks it up (and reports). */
+  char cookie_buf[24];
+  const char *cookie = NULL;
+  uint64_t cookie_val = 0;
+  if (verb == V_ADD && netns_cookie_of(env("CNI_NETNS"), &cookie_val) == 0 && cookie_val != 0) {
+    snprintf(cookie_buf, sizeof cookie_buf, "%" PRIu64, cookie_val);
+    cookie = cookie_buf;
+  }
+  char *req = cni_build_request(WIRE_PROTOCOL_VERSION, command, values, stdin_buf, (size_t)n, cookie, msg, sizeof msg);
   if (req == NULL) {
     int rc = fail(nc.cni_version, CNI_ERR_INVALID_ENV, msg, NULL);
     netconf_free(&nc);

@@ -180,6 +180,33 @@ describe('with the agent serving', () => {
     }
   });
 
+  it('ADD carries the netns cookie the forwarder read in CNI_NETNS (the agent then needs no setns); none where it is no netns, and never for DEL', async () => {
+    await serve();
+    const { netnsCookie } = await import('../../../src/native/addon.js');
+    const ns = `meshcap-cookie-${process.pid}`;
+    await execa('ip', ['netns', 'add', ns]);
+    try {
+      const nsPath = `/var/run/netns/${ns}`;
+      for (const netns of [nsPath, '/proc/self/ns/net']) {
+        const r = await runPlugin('ADD', netconf('1.1.0'), { CNI_NETNS: netns });
+        expect(r.exitCode).toBe(0);
+        // '/proc/self/ns/net' is the forwarder's own, i.e. this host's: the same as the test's
+        expect(calls.at(-1)?.req.netnsCookie, netns).toBe(await netnsCookie(netns));
+      }
+      expect(await netnsCookie(nsPath)).not.toBe(await netnsCookie('/proc/self/ns/net'));
+      for (const netns of ['/proc/999999999/ns/net', '/etc/hostname']) {
+        const r = await runPlugin('ADD', netconf('1.1.0'), { CNI_NETNS: netns });
+        expect(r.exitCode).toBe(0);
+        expect(calls.at(-1)?.req.netnsCookie, netns).toBeUndefined();
+      }
+      await runPlugin('DEL', netconf('1.1.0'), { CNI_NETNS: nsPath });
+      expect(calls.at(-1)).toMatchObject({ verb: 'DEL' });
+      expect(calls.at(-1)?.req.netnsCookie).toBeUndefined();
+    } finally {
+      await execa('ip', ['netns', 'del', ns], { reject: false });
+    }
+  });
+
   it('converts a prevResult given in another version to the config version', async () => {
     await serve();
     const to040 = await runPlugin('ADD', netconf('0.4.0', { prevResult: prev100 }));

@@ -24,6 +24,31 @@ describe('wire codec', () => {
       try { decodeWireRequest(Buffer.from(bad)); } catch (e) { expect((e as CniError).code).toBe(6); }
     }
   });
+  it('carries the forwarder\'s netns cookie (optional, a non-zero u64 in decimal) to an ADD request, and refuses a malformed one with code 6', async () => {
+    const req = (extra: string) => Buffer.from(`{"v":1,"command":"ADD","containerId":"c1","netns":"/var/run/netns/p","ifname":"eth0","args":"K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p","stdin":${JSON.stringify(raw().stdin)}${extra}}`);
+    expect(decodeWireRequest(req(',"netnsCookie":"18446744073709551615"')).netnsCookie).toBe('18446744073709551615');
+    expect(decodeWireRequest(req('')).netnsCookie).toBeUndefined();
+    for (const bad of ['5', '"0"', '"-1"', '"0x10"', '"18446744073709551616"', '"12a"', '""', '"012"']) {
+      try {
+        decodeWireRequest(req(`,"netnsCookie":${bad}`));
+        expect.fail(`netnsCookie ${bad} was accepted`);
+      } catch (e) {
+        expect((e as CniError).code, bad).toBe(6);
+        expect((e as CniError).message).toMatch(/netnsCookie/);
+      }
+    }
+    // the handler gets it as a bigint, on ADD only
+    let got: bigint | undefined | null = null;
+    const h: CniHandlers = {
+      add: async (r) => void (got = r.netnsCookie),
+      del: async (r) => void (got = r.netnsCookie),
+      check: async () => undefined, status: async () => undefined, gc: async () => undefined,
+    };
+    await dispatch(decodeWireRequest(req(',"netnsCookie":"4097"')), h);
+    expect(got).toBe(4097n);
+    await dispatch({ ...raw({ command: 'DEL' }), netnsCookie: '4097' }, h);
+    expect(got).toBeUndefined();
+  });
   it('encodes a reply', () => {
     expect(JSON.parse(encodeWireReply({ exitCode: 1, stdout: '{"code":7}' }).toString())).toEqual({ exitCode: 1, stdout: '{"code":7}' });
   });
