@@ -21,7 +21,7 @@
 // pod netns has a veth pair (both ends inside it) with the pod's address
 // (istio-cni reads it to decide IPv6): no traffic leaves any namespace.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -67,9 +67,18 @@ if (opt.plot) {
 }
 if (MODES.includes('istio-cni') && !existsSync(ISTIO_CNI)) throw new Error(`${ISTIO_CNI} is missing: npm run build:peers (or leave istio-cni out of --modes)`);
 
+/** Whether dir is a tmpfs mount point (/proc/self/mountinfo: field 5 the mount point, the type after ' - '). */
+function isTmpfs(dir: string): boolean {
+  return readFileSync('/proc/self/mountinfo', 'utf8').split('\n').some((l) => l.split(' ')[4] === dir && l.split(' - ')[1]?.startsWith('tmpfs '));
+}
+
 const lab = new Lab('mcbench', String(process.pid));
 const stopOnSignals = cleanupOnSignals(() => lab.close(), (msg) => process.stderr.write(`bench:cni: ${msg}\n`));
-const tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-bench-'));
+// Socket, state records, pods file and the agent's log on tmpfs, where the
+// agent has them in production (/var/run/meshcap): a new file on this disk's
+// ext4 costs ~0.17 ms to create, on tmpfs ~0.02 ms, and every meshed ADD
+// writes a state record.
+const tmp = mkdtempSync(path.join(isTmpfs('/run') ? '/run' : os.tmpdir(), 'meshcap-bench-'));
 lab.add(`temp dir ${tmp}`, () => rmSync(tmp, { recursive: true, force: true }));
 // Undone in reverse: the agent stops before its pins are uninstalled.
 let pinRoot: string | undefined;
@@ -106,6 +115,8 @@ interface Row {
   pluginCpuMs?: number;
   /** the meshcap agent's CPU time per op over the row (all its threads, /proc/PID/task/* /schedstat), ms */
   agentCpuMs?: number;
+  /** p50 of the agent's own durationMs per request (its log line: connection accepted to reply written), ms */
+  agentP50?: number | undefined;
 }
 
 const podYaml = (name: string, meshed: boolean, noInbound = false) => `apiVersion: v1
@@ -178,10 +189,33 @@ function summary(ms: number[], wallMs: number) {
   const s = [...ms].sort((a, b) => a - b);
   return { n: s.length, p50: pct(s, 50), p90: pct(s, 90), p99: pct(s, 99), max: s.at(-1)!, perSec: (s.length * 1000) / wallMs, samples: ms.map((x) => Math.round(x * 1000) / 1000) };
 }
-/** Runs fn, returns its latencies' summary with the row's throughput (and the agent's CPU per op, when one runs). */
+/** The agent's log (its stdout): a file, so each row can read the agent's own durationMs of its requests. */
+let agentLog: string | undefined;
+function agentLogFd(dir: string): number {
+  agentLog = path.join(dir, 'agent.log');
+  return openSync(agentLog, 'w');
+}
+/** p50 of the agent's own durationMs (accept to reply) over the 'cni request' lines logged since `from` (bytes). */
+function agentDurationP50(from: number): number | undefined {
+  if (!agentLog) return undefined;
+  const text = readFileSync(agentLog, 'utf8').slice(from);
+  const d: number[] = [];
+  for (const line of text.split('\n')) {
+    if (!line.includes('"cni request"')) continue;
+    try {
+      const o = JSON.parse(line) as { durationMs?: unknown };
+      if (typeof o.durationMs === 'number') d.push(o.durationMs);
+    } catch { /* a line cut at the end */ }
+  }
+  return d.length ? pct(d.sort((a, b) => a - b), 50) : undefined;
+}
+const logSize = () => (agentLog && existsSync(agentLog) ? statSync(agentLog).size : 0);
+
+/** Runs fn, returns its latencies' summary with the row's throughput (and the agent's CPU per op and own time, when one runs). */
 async function timed(fn: () => Promise<number[]>) {
   const pid = agent?.exitCode === null ? agent.pid : undefined;
   const cpu0 = pid !== undefined ? processCpuMs(pid) : 0;
+  const log0 = pid !== undefined ? logSize() : 0;
   cpuSamples = [];
   const t0 = performance.now();
   const ms = await fn();
@@ -191,6 +225,7 @@ async function timed(fn: () => Promise<number[]>) {
     ...row,
     ...(cpu.length === ms.length ? { pluginCpuMs: pct(cpu, 50) } : {}),
     ...(pid !== undefined ? { agentCpuMs: (processCpuMs(pid) - cpu0) / ms.length } : {}),
+    ...(pid !== undefined ? { agentP50: agentDurationP50(log0) } : {}),
   };
 }
 
@@ -220,7 +255,7 @@ async function benchMode(mode: 'ebpf' | 'iptables', nss: string[]): Promise<void
   const nodeArgs = (process.env.BENCH_CNI_AGENT_NODE_ARGS ?? '').split(' ').filter(Boolean);
   const a = spawn(process.execPath, [...nodeArgs, MESHCAP, 'agent', '--standalone', '--pods', path.join(dir, 'pods.yaml'), '--socket', socket,
     '--pin-root', pinRoot, '--mode', mode, '--state-dir', path.join(dir, 'state'), '--exclude-namespaces', 'kube-system'],
-  { stdio: ['ignore', 'ignore', 'pipe'] }); // the agent's per-request log lines are written (to /dev/null), as in production
+  { stdio: ['ignore', agentLogFd(dir), 'pipe'] }); // the agent's per-request log lines are written (to a file: each row reads its durationMs), as in production
   agent = a;
   a.stderr!.on('data', (d: Buffer) => {
     agentErr += d.toString();
@@ -397,9 +432,9 @@ try {
   progress.done();
   const f = (x: number) => x.toFixed(2).padStart(7);
   console.log(`CNI ADD/DEL, exec to exit, ${N} pods per row, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
-  console.log(`${'mode'.padEnd(10)}${'op'.padEnd(8)}${'pod'.padEnd(12)}${'parent'.padEnd(7)}${'conc'.padStart(5)}${'n'.padStart(6)}   p50 ms   p90 ms   p99 ms   max ms  ops/s  plugin CPU ms  agent CPU ms`);
+  console.log(`${'mode'.padEnd(10)}${'op'.padEnd(8)}${'pod'.padEnd(12)}${'parent'.padEnd(7)}${'conc'.padStart(5)}${'n'.padStart(6)}   p50 ms   p90 ms   p99 ms   max ms  ops/s  plugin CPU ms  agent CPU ms  agent p50 ms`);
   for (const r of results) {
-    console.log(`${r.mode.padEnd(10)}${(r.op ?? 'ADD').padEnd(8)}${r.pod.padEnd(12)}${(r.parent ?? 'native').padEnd(7)}${String(r.concurrency).padStart(5)}${String(r.n).padStart(6)}  ${f(r.p50)}  ${f(r.p90)}  ${f(r.p99)}  ${f(r.max)}  ${r.perSec.toFixed(0).padStart(5)}  ${(r.pluginCpuMs?.toFixed(3) ?? '-').padStart(13)}  ${(r.agentCpuMs?.toFixed(3) ?? '-').padStart(12)}`);
+    console.log(`${r.mode.padEnd(10)}${(r.op ?? 'ADD').padEnd(8)}${r.pod.padEnd(12)}${(r.parent ?? 'native').padEnd(7)}${String(r.concurrency).padStart(5)}${String(r.n).padStart(6)}  ${f(r.p50)}  ${f(r.p90)}  ${f(r.p99)}  ${f(r.max)}  ${r.perSec.toFixed(0).padStart(5)}  ${(r.pluginCpuMs?.toFixed(3) ?? '-').padStart(13)}  ${(r.agentCpuMs?.toFixed(3) ?? '-').padStart(12)}  ${(r.agentP50?.toFixed(2) ?? '-').padStart(12)}`);
   }
   if (controlPlaneMs !== undefined) console.log(`istio-cni read its pods from a real kube-apiserver (etcd + kube-apiserver started in ${(controlPlaneMs / 1000).toFixed(1)} s, not in any row)`);
   const e = results.find((r) => r.mode === 'ebpf' && !r.op && !r.parent && r.pod === 'meshed' && r.concurrency === 1);

@@ -214,6 +214,8 @@ function serveConnection(sock: net.Socket, handlers: CniHandlers, logger: Logger
         code: o.error?.code,
         durationMs: ms(started),
       };
+      // The answer first: the runtime waits for it, nobody waits for the log line.
+      reply(o.reply);
       if (o.unexpected !== undefined) {
         logger.error({ ...fields, err: o.unexpected }, 'cni request failed unexpectedly');
       } else if (o.error) {
@@ -221,7 +223,6 @@ function serveConnection(sock: net.Socket, handlers: CniHandlers, logger: Logger
       } else {
         logger.info(fields, 'cni request');
       }
-      reply(o.reply);
     });
   });
 }

@@ -49,8 +49,9 @@ export async function attachPodInbound(pinRoot: string, netns: bigint, netnsPath
       bpf.closeFd(fd);
     }
   } finally {
-    // The link (when made) holds the program, and the program its .bss.
-    inst.obj.close();
+    // The link (when made) holds the program, and the program its .bss. The
+    // object's own fds go after the ADD has answered (off the runtime's wait).
+    setImmediate(() => inst.obj.close());
   }
 }
 

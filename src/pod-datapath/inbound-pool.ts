@@ -13,7 +13,9 @@
 // it when a self-check reloads the datapath.
 import * as bpf from '../native/addon.js';
 import { POD_INBOUND_OBJECT, POD_INBOUND_PROGRAM, objectPath } from '../loader/manifest.js';
-import { adoptPinnedSizes } from '../loader/pinned-map-sizes.js';
+import path from 'node:path';
+import { SIZED_MAPS } from '../loader/map-sizes.js';
+import { adoptPinnedSizes, pinnedMaxEntries } from '../loader/pinned-map-sizes.js';
 import { MAP } from '../maps/layout.js';
 
 /** The variable in inbound.bpf.c's .bss that holds the pod's netns cookie. */
@@ -29,12 +31,32 @@ export interface InboundInstance {
   podsMapId: number;
 }
 
-/** Loads one instance against the maps pinned in mapsDir (not attached, cookie 0). */
-export async function loadInboundInstance(mapsDir: string): Promise<InboundInstance> {
+/** The sized LRU maps' max_entries as pinned in mapsDir (what adoptPinnedSizes reads each time). */
+export function pinnedSizes(mapsDir: string): Map<string, number> {
+  const sizes = new Map<string, number>();
+  for (const name of SIZED_MAPS) {
+    const n = pinnedMaxEntries(path.join(mapsDir, name));
+    if (n !== null) sizes.set(name, n);
+  }
+  return sizes;
+}
+
+/**
+ * Loads one instance against the maps pinned in mapsDir (not attached, cookie
+ * 0). `sizes`: the pins' sizes read once by the caller (the pool: pins keep
+ * their size for as long as the pods map is the same one, which the pool
+ * checks); without, they are read from the pins.
+ */
+export async function loadInboundInstance(mapsDir: string, sizes?: ReadonlyMap<string, number>): Promise<InboundInstance> {
   const obj = bpf.openObject(objectPath(POD_INBOUND_OBJECT), { mapPinDir: mapsDir });
   try {
     // The object carries every map; the LRU maps' sizes are the node's (chosen at load).
-    adoptPinnedSizes(obj, mapsDir);
+    if (sizes) {
+      const inObject = new Set(obj.maps().map((m) => m.name));
+      for (const [name, n] of sizes) if (inObject.has(name)) obj.setMaxEntries(name, n);
+    } else {
+      adoptPinnedSizes(obj, mapsDir);
+    }
     await obj.load();
     const prog = obj.programs().find((p) => p.name === POD_INBOUND_PROGRAM);
     if (!prog) throw new Error(`${POD_INBOUND_OBJECT} has no program ${POD_INBOUND_PROGRAM}: rebuild (npm run setup)`);
@@ -81,6 +103,8 @@ export class InboundPool {
   private filling: Promise<void> | null = null;
   private closed = false;
   private refillQueued = false;
+  /** The pins' LRU sizes, read at the first load (three pin opens less per instance). */
+  private sizes: Map<string, number> | undefined;
   /** Counters for metrics and tests. */
   readonly counts = { hits: 0, misses: 0, loaded: 0, failed: 0, discarded: 0 };
 
@@ -130,10 +154,13 @@ export class InboundPool {
     while (!this.closed && this.ready.length < this.o.size) {
       let inst: InboundInstance;
       try {
-        inst = await loadInboundInstance(this.o.mapsDir);
+        this.sizes ??= pinnedSizes(this.o.mapsDir);
+        inst = await loadInboundInstance(this.o.mapsDir, this.sizes);
       } catch (e) {
         // Stop until the next take(): a kernel that refuses the object
         // refuses it every time, and the ADD that loads its own reports why.
+        // The sizes are read again then (a reload may have re-pinned the maps).
+        this.sizes = undefined;
         this.counts.failed++;
         this.o.onError?.(e as Error);
         return;
