@@ -100,16 +100,20 @@ MC_INLINE enum mc_verdict mc_decide(__u64 netns, const struct mc_pod *pod, const
 }
 
 /* Decide, remember the original destination, and return the new port (0: untouched). */
-MC_INLINE __u16 mc_connect(void *ctx, __u64 cookie, __u64 netns, const __u8 dst[16],
+MC_INLINE __u16 mc_connect(struct bpf_sock_addr *ctx, struct bpf_sock *sk, __u64 netns, const __u8 dst[16],
 			   const __u8 src[16], __u16 dport, bool tcp, struct mc_pod **podp)
 {
 	struct mc_pod *pod = mc_pod_of(netns);
 	struct mc_orig orig = {};
+	__u64 cookie = 0;
 	__u16 to;
 
 	*podp = pod;
 	if (!pod)
 		return 0;
+	/* only UDP keys by socket cookie: not asked for sockets outside pods */
+	if (!tcp)
+		cookie = bpf_get_socket_cookie(ctx);
 	switch (mc_decide(netns, pod, dst, src, dport, tcp)) {
 	case MC_TO_OUTBOUND:
 		to = pod->outbound_port;
@@ -129,17 +133,31 @@ MC_INLINE __u16 mc_connect(void *ctx, __u64 cookie, __u64 netns, const __u8 dst[
 	default:
 		/* Not redirected: forget what an earlier connect() of this socket
 		 * (a failed TCP connect retried elsewhere, a UDP socket connected
-		 * again) left, so nothing stale answers for the new destination. */
-		bpf_map_delete_elem(tcp ? (void *)&mc_sockorig : (void *)&mc_dnsorig, &cookie);
+		 * again) left, so nothing stale answers for the new destination.
+		 * (A socket without storage costs a NULL check.) */
+		if (tcp)
+			bpf_sk_storage_delete(&mc_apporig, sk);
+		else
+			bpf_map_delete_elem(&mc_dnsorig, &cookie);
 		return 0;
 	}
 	__builtin_memcpy(orig.addr, dst, 16);
 	orig.port = dport;
 	orig.family = mc_is_v4mapped(dst) ? 4 : 6;
 	orig.netns = netns;
-	/* TCP: sockops moves this to the connection's tuple once the source port
-	 * is bound. UDP DNS: recvmsg restores the resolver as the reply source. */
-	bpf_map_update_elem(tcp ? (void *)&mc_sockorig : (void *)&mc_dnsorig, &cookie, &orig, BPF_ANY);
+	/* TCP: in the socket's own storage (the app's getpeername, peername.bpf.c),
+	 * from where sockops copies it to the connection's tuple once the source
+	 * port is bound (TCP_CONNECT_CB). Written here rather than through the
+	 * mc_sockorig LRU keyed by socket cookie: one allocation the socket needs
+	 * anyway instead of an LRU update, lookup and delete per connection.
+	 * UDP DNS: recvmsg restores the resolver as the reply source. */
+	if (tcp) {
+		struct mc_orig *so = bpf_sk_storage_get(&mc_apporig, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (so)
+			*so = orig;
+	} else {
+		bpf_map_update_elem(&mc_dnsorig, &cookie, &orig, BPF_ANY);
+	}
 	return to;
 }
 
@@ -212,13 +230,47 @@ MC_INLINE __u32 mc_spread_addr4(const __u8 dst[16], __u16 dport)
 	return bpf_htonl(0x7f000000 | x);
 }
 
-MC_INLINE __u32 mc_loopback_for4(void *ctx, const struct mc_pod *pod, const __u8 dst[16], __u16 dport, __u16 to)
+/*
+ * Does a listener take any 127.x address on the outbound port? sockops puts
+ * the pod's listener on the outbound port into mc_listen (key port =
+ * outbound port, family 4) only when it listens on 0.0.0.0, and the sockhash
+ * drops it when it stops listening (close, shutdown): an entry is a wildcard
+ * IPv4 listener there now. No entry is not an answer (the proxy may listen
+ * on [::] dual-stack, whose v6only sockops cannot read, or it listened before
+ * the programs were attached and the agent has not put it back yet): then
+ * the kernel's own socket lookup decides, as it always did.
+ */
+MC_INLINE bool mc_wildcard_listener4(__u64 netns, const struct mc_pod *pod)
+{
+	struct mc_listen_key k = {};
+	struct bpf_sock *sk;
+
+	if (pod->outbound_port == pod->inbound_port)
+		return false;
+	k.netns = netns;
+	k.port = pod->outbound_port;
+	k.family = 4;
+#pragma unroll
+	for (int i = 0; i < MC_LISTEN_SLOTS; i++) {
+		k.slot = i;
+		sk = bpf_map_lookup_elem(&mc_listen, &k);
+		if (sk) {
+			bpf_sk_release(sk);
+			return true;
+		}
+	}
+	return false;
+}
+
+MC_INLINE __u32 mc_loopback_for4(void *ctx, __u64 netns, const struct mc_pod *pod, const __u8 dst[16], __u16 dport, __u16 to)
 {
 	struct bpf_sock_tuple t = {};
 	struct bpf_sock *sk;
 	__u32 addr = mc_spread_addr4(dst, dport);
 
 	if (addr == bpf_htonl(0x7f000001))
+		return addr;
+	if (mc_wildcard_listener4(netns, pod))
 		return addr;
 	if (pod->n_addr4)
 		__builtin_memcpy(&t.ipv4.saddr, pod->addr4[0], 4);
@@ -243,6 +295,7 @@ int mc_connect4(struct bpf_sock_addr *ctx)
 	struct mc_pod *pod;
 	__u8 dst[16], src[16];
 	struct bpf_sock *sk = ctx->sk;
+	__u64 netns;
 	bool tcp;
 	__u16 to;
 
@@ -250,11 +303,11 @@ int mc_connect4(struct bpf_sock_addr *ctx)
 		return 1;
 	mc_v4mapped(dst, ctx->user_ip4);
 	mc_v4mapped(src, sk->src_ip4);
-	to = mc_connect(ctx, bpf_get_socket_cookie(ctx), bpf_get_netns_cookie(ctx), dst, src,
-			bpf_ntohs(ctx->user_port), tcp, &pod);
+	netns = bpf_get_netns_cookie(ctx);
+	to = mc_connect(ctx, sk, netns, dst, src, bpf_ntohs(ctx->user_port), tcp, &pod);
 	if (to && pod) {
 		mc_bind_pod4(ctx, pod);
-		ctx->user_ip4 = tcp && to == pod->outbound_port ? mc_loopback_for4(ctx, pod, dst, bpf_ntohs(ctx->user_port), to) : bpf_htonl(0x7f000001);
+		ctx->user_ip4 = tcp && to == pod->outbound_port ? mc_loopback_for4(ctx, netns, pod, dst, bpf_ntohs(ctx->user_port), to) : bpf_htonl(0x7f000001);
 		ctx->user_port = bpf_htons(to);
 	}
 	return 1;
@@ -266,6 +319,7 @@ int mc_connect6(struct bpf_sock_addr *ctx)
 	struct mc_pod *pod;
 	__u8 dst[16], src[16];
 	struct bpf_sock *sk = ctx->sk;
+	__u64 netns;
 	bool tcp;
 	__u16 to;
 
@@ -282,8 +336,8 @@ int mc_connect6(struct bpf_sock_addr *ctx)
 	((__u32 *)src)[1] = sk->src_ip6[1];
 	((__u32 *)src)[2] = sk->src_ip6[2];
 	((__u32 *)src)[3] = sk->src_ip6[3];
-	to = mc_connect(ctx, bpf_get_socket_cookie(ctx), bpf_get_netns_cookie(ctx), dst, src,
-			bpf_ntohs(ctx->user_port), tcp, &pod);
+	netns = bpf_get_netns_cookie(ctx);
+	to = mc_connect(ctx, sk, netns, dst, src, bpf_ntohs(ctx->user_port), tcp, &pod);
 	if (to && pod) {
 		mc_bind_pod6(ctx, pod, mc_is_v4mapped(dst));
 		/* REDIRECT semantics: locally generated traffic goes to 127.0.0.1 / ::1;
@@ -292,7 +346,7 @@ int mc_connect6(struct bpf_sock_addr *ctx)
 			ctx->user_ip6[0] = 0;
 			ctx->user_ip6[1] = 0;
 			ctx->user_ip6[2] = bpf_htonl(0x0000ffff);
-			ctx->user_ip6[3] = tcp && to == pod->outbound_port ? mc_loopback_for4(ctx, pod, dst, bpf_ntohs(ctx->user_port), to) : bpf_htonl(0x7f000001);
+			ctx->user_ip6[3] = tcp && to == pod->outbound_port ? mc_loopback_for4(ctx, netns, pod, dst, bpf_ntohs(ctx->user_port), to) : bpf_htonl(0x7f000001);
 		} else {
 			ctx->user_ip6[0] = 0;
 			ctx->user_ip6[1] = 0;

@@ -2,15 +2,15 @@
 /*
  * sockops (at the cgroup v2 root):
  *  - TCP_CONNECT_CB on a redirected app socket: its source port is now bound,
- *    so move the original destination from the socket cookie to the tuple
- *    (for the proxy) and into the socket's own storage (for the app's
- *    getpeername/getsockname, peername.bpf.c).
+ *    so copy the original destination connect4/6 left in the socket's own
+ *    storage (kept there for the app's getpeername, peername.bpf.c) to the
+ *    tuple, for the proxy.
  *  - PASSIVE_ESTABLISHED_CB on the proxy's accepted socket: claim that tuple's
  *    original destination into the socket's own storage (freed with it) for
  *    cgroup/getsockopt(SO_ORIGINAL_DST).
- *  - TCP_LISTEN_CB: the proxy's inbound listener of a meshed pod goes into
- *    a free slot of mc_listen for sk_lookup to steer inbound connections to
- *    it (every socket of a SO_REUSEPORT group has its own slot).
+ *  - TCP_LISTEN_CB: the proxy's inbound listener of a meshed pod, and a
+ *    wildcard listener on its outbound port, go into a free slot of
+ *    mc_listen (every socket of a SO_REUSEPORT group has its own slot).
  * (The sk_msg app<->proxy splice that used to live here was removed, issue 20:
  * docs/datapath.md "Why there is no splice".)
  */
@@ -58,18 +58,31 @@ MC_INLINE void mc_tuple_reverse(const struct mc_tuple *in, struct mc_tuple *out)
 
 MC_INLINE void mc_on_connect(struct bpf_sock_ops *s)
 {
-	__u64 cookie = bpf_get_socket_cookie(s);
-	struct mc_orig *o = bpf_map_lookup_elem(&mc_sockorig, &cookie);
 	struct bpf_sock *sk = s->sk;
 	struct mc_tuple t = {};
+	struct mc_orig *o;
+	__u64 cookie;
 
+	if (!sk)
+		return;
+	/* connect4/6 left the original destination in the socket's storage
+	 * (it stays there for the app's getpeername). */
+	o = bpf_sk_storage_get(&mc_apporig, sk, 0, 0);
+	if (o) {
+		mc_tuple_of(s, o->netns, &t);
+		bpf_map_update_elem(&mc_origdst, &t, o, BPF_ANY);
+		return;
+	}
+	/* A connect4/6 of the version before (in mc_sockorig by socket cookie):
+	 * an upgrade replaces the programs one at a time, and connections made
+	 * in between must keep their original destination. */
+	cookie = bpf_get_socket_cookie(s);
+	o = bpf_map_lookup_elem(&mc_sockorig, &cookie);
 	if (!o)
 		return;
 	mc_tuple_of(s, o->netns, &t);
 	bpf_map_update_elem(&mc_origdst, &t, o, BPF_ANY);
-	/* The app's own view of its socket (peername.bpf.c) */
-	if (sk)
-		bpf_sk_storage_get(&mc_apporig, sk, o, BPF_SK_STORAGE_GET_F_CREATE);
+	bpf_sk_storage_get(&mc_apporig, sk, o, BPF_SK_STORAGE_GET_F_CREATE);
 	bpf_map_delete_elem(&mc_sockorig, &cookie);
 }
 
@@ -95,17 +108,39 @@ MC_INLINE void mc_on_passive(struct bpf_sock_ops *s)
 	}
 }
 
+/*
+ * Listeners of a meshed pod that the datapath must find without a socket
+ * lookup, each in a free slot of mc_listen (the sockhash drops a socket when
+ * it stops listening):
+ *  - the proxy's inbound listener (key port = inbound port): sk_lookup
+ *    steers captured inbound connections to it;
+ *  - a listener on 0.0.0.0 at the outbound port (key port = outbound port,
+ *    family 4): connect4/6 then know a wildcard listener takes every 127.x
+ *    address and spread redirected connections over 127.0.0.0/8 without
+ *    asking the kernel's socket lookup per connect (outbound.bpf.c).
+ */
 MC_INLINE void mc_on_listen(struct bpf_sock_ops *s)
 {
 	__u64 netns = bpf_get_netns_cookie(s);
 	struct mc_pod *pod = mc_pod_of(netns);
 	struct mc_listen_key k = {};
+	__u32 port = s->local_port;
 
-	if (!pod || s->local_port != pod->inbound_port)
+	if (!pod)
 		return;
 	k.netns = netns;
-	k.port = pod->inbound_port;
 	k.family = s->family == AF_INET ? 4 : 6;
+	if (port == pod->inbound_port) {
+		k.port = pod->inbound_port;
+	} else if (port == pod->outbound_port && s->family == AF_INET) {
+		__u32 l4 = s->local_ip4;
+
+		if (l4 != 0)
+			return;
+		k.port = pod->outbound_port;
+	} else {
+		return;
+	}
 	/* The first free slot: each socket of a reuseport group gets its own, and
 	 * a closed socket's slot (the sockhash drops it) is taken by the next. */
 #pragma unroll

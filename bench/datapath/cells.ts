@@ -79,6 +79,14 @@ export async function makeCells(s: CellsSetup): Promise<Cell[]> {
 
       // The echo leg's service port has no listener in the server netns: a connection that bypassed the proxy fails loudly.
       const svc = { host: `198.18.${k}.1`, port: leg === 'echo' ? 9 : 8080 };
+      // The capture before the proxy starts, as in a cluster (the CNI ADD precedes the containers):
+      // in eBPF mode sockops then sees the proxy's listen() (mc_listen).
+      const config = istioPodConfig(`198.18.${k}.2`);
+      if (kind === 'iptables') await applyCapture(ns.path, config, { lockDir: path.join(s.tmp, 'xtables'), logger: s.log });
+      if (kind === 'ebpf') {
+        if (!s.ebpf) throw new Error('an eBPF cell without the eBPF datapath loaded');
+        await s.ebpf.register({ netns: ns.path, config, podIPs: [`198.18.${k}.2`] });
+      }
       let pod: Pod;
       if (leg === 'echo') {
         const proxy = lab.start(`proxy-${leg}-${kind}`, ns.name, [path.join(bin, 'mc-bench-echo'), '--listen', '0.0.0.0:15001', '--origdst'], { uid: PROXY_UID, cpu: cpus.proxy });
@@ -89,12 +97,6 @@ export async function makeCells(s: CellsSetup): Promise<Cell[]> {
         const proxy = lab.start(`haproxy-${leg}-${kind}`, ns.name, ['haproxy', '-db', '-f', h.file], { uid: PROXY_UID, cpu: cpus.proxy });
         await waitListening(lab, ns.name, 15001, proxy);
         pod = { ns: ns.name, svc, proxy, sock: h.sock };
-      }
-      const config = istioPodConfig(`198.18.${k}.2`);
-      if (kind === 'iptables') await applyCapture(ns.path, config, { lockDir: path.join(s.tmp, 'xtables'), logger: s.log });
-      if (kind === 'ebpf') {
-        if (!s.ebpf) throw new Error('an eBPF cell without the eBPF datapath loaded');
-        await s.ebpf.register({ netns: ns.path, config, podIPs: [`198.18.${k}.2`] });
       }
       pods.set(`${leg}/${kind}`, pod);
       s.log.info({ event: 'pod', leg, kind, netns: ns.name, service: `${svc.host}:${svc.port}` });

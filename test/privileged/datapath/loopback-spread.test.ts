@@ -9,11 +9,17 @@
 // the limit shows in a few hundred connections, not 28,232) and holds
 // connections to two destinations until connect() says EADDRNOTAVAIL for
 // both: 128 in both modes (before the spread, eBPF mode stopped at 64).
+import path from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spreadLoopback4 } from '../../../src/explain/kernel-verdict.js';
-import { describeModes, makeDriver, type Driver } from '../../helpers/datapaths.js';
-import { Lab, scaled } from '../../helpers/lab.js';
+import { loadDatapath, uninstallDatapath } from '../../../src/loader/datapath.js';
+import { pinLayout } from '../../../src/loader/manifest.js';
+import { MAP, mcListenKey } from '../../../src/maps/layout.js';
+import * as bpf from '../../../src/native/addon.js';
+import { EbpfBackend } from '../../../src/pod-datapath/ebpf.js';
+import { describeEbpf, describeModes, makeDriver, type Driver } from '../../helpers/datapaths.js';
+import { Lab, scaled, testPinRoot, type NsAgent } from '../../helpers/lab.js';
 import { istioCapture } from '../../helpers/pods.js';
 
 const POD = '198.18.27.1';
@@ -136,4 +142,141 @@ for _ in range(${DSTS.length}):
       expect(a[2], 'the app\'s address').toBe(POD);
     }
   }, scaled(60_000));
+});
+
+// How connect4 knows a wildcard listener takes 127.x (docs/datapath.md,
+// "Which loopback address"): sockops puts a listener on 0.0.0.0 at the
+// outbound port into mc_listen (port 15001, family 4), the sockhash drops it
+// when it stops listening, and without an entry the kernel's socket lookup
+// decides as before. Each case checks which path it took (the entry there
+// or not) and that every connection reached the proxy with its own original
+// destination on the address that path must give: never refused, never at
+// an address nothing listens on.
+describeEbpf('eBPF mode: the spread follows the proxy\'s listener through restarts, rebinds and datapath reloads', () => {
+  const lab = new Lab();
+  const pinRoot = testPinRoot();
+  let pods: EbpfBackend | null = null;
+  let pod: { name: string; path: string };
+  let cookie: bigint;
+  let app: NsAgent;
+  // Accepts until killed; one JSON line per connection.
+  const LISTENER = (host: string) => `
+import json, socket, struct
+fam = socket.AF_INET6 if ":" in "${host}" else socket.AF_INET
+l = socket.socket(fam); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+if fam == socket.AF_INET6: l.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+l.bind(("${host}", 15001)); l.listen(64); print("ready", flush=True)
+while True:
+    c, peer = l.accept()
+    # as Envoy: SOL_IP for an IPv4 connection, v4-mapped on a dual-stack socket too
+    if c.family == socket.AF_INET6 and not c.getsockname()[0].startswith("::ffff:"):
+        o = c.getsockopt(41, 80, 28); port, addr = struct.unpack("!H", o[2:4])[0], socket.inet_ntop(socket.AF_INET6, o[8:24])
+    else:
+        o = c.getsockopt(socket.SOL_IP, 80, 16); port, addr = struct.unpack("!H", o[2:4])[0], socket.inet_ntoa(o[4:8])
+    print(json.dumps({"local": c.getsockname()[0].replace("::ffff:", ""), "orig": "%s:%d" % (addr.replace("::ffff:", ""), port)}), flush=True)
+    # read the app's byte first: closing with unread data would answer with a reset
+    c.recv(16); c.sendall(b"ok"); c.close()
+`;
+  const start = async (host: string) => {
+    const s = lab.spawn(pod.name, ['/usr/bin/python3', '-u', '-c', LISTENER(host)], { uid: 1337, until: /^ready/ });
+    await s.ready;
+    return s;
+  };
+  const stop = async (s: Awaited<ReturnType<typeof start>>) => {
+    s.proc.kill('SIGKILL');
+    await s.proc;
+  };
+  /** mc_listen's entry for the pod's outbound port (family 4), in any slot */
+  const registered = () => {
+    const fd = bpf.objGet(path.join(pinLayout(pinRoot).maps, MAP.listen));
+    try {
+      return bpf.mapKeys(fd, mcListenKey.size).map((k) => mcListenKey.decode(k)).some((k) => k.netns === cookie && k.port === 15001 && k.family === 4);
+    } finally {
+      bpf.closeFd(fd);
+    }
+  };
+  /** One connection per destination through the listener; what it accepted. */
+  const connectAll = async (s: Awaited<ReturnType<typeof start>>) => {
+    const before = s.lines.filter((l) => l.startsWith('{')).length;
+    for (const d of DSTS) {
+      const r = await app.connect(d, 80, 'x').catch(async (e: Error) => {
+        await new Promise((res) => setTimeout(res, 300));
+        return { data: `${e.message}; the listener said: ${s.stderr().trim()}` };
+      });
+      expect(r.data, `connection to ${d}:80`).toBe('ok');
+    }
+    for (let i = 0; i < 40 && s.lines.filter((l) => l.startsWith('{')).length < before + DSTS.length; i++) await new Promise((res) => setTimeout(res, 50));
+    const acc = s.lines.filter((l) => l.startsWith('{')).slice(before).map((l) => JSON.parse(l) as { local: string; orig: string });
+    expect(acc.map((a) => a.orig).sort()).toEqual(DSTS.map((d) => `${d}:80`).sort());
+    return acc;
+  };
+  const expectSpread = (acc: { local: string; orig: string }[]) => {
+    for (const a of acc) expect(a.local, a.orig).toBe(spread4(a.orig.split(':')[0]!, 80));
+  };
+  const expectLoopback1 = (acc: { local: string; orig: string }[]) => {
+    for (const a of acc) expect(a.local, a.orig).toBe('127.0.0.1');
+  };
+  const register = async () => {
+    pods = new EbpfBackend(pinRoot);
+    cookie = await pods.register({ netns: pod.path, config: istioCapture({ ips: [POD] }), podIPs: [POD] });
+  };
+
+  beforeAll(async () => {
+    pod = await lab.netns('spreadl');
+    const srv = await lab.netns('spreadlsrv');
+    await lab.link(pod.name, srv.name, { a4: [`${POD}/24`], b4: DSTS.map((d) => `${d}/24`) });
+    await loadDatapath({ pinRoot });
+    await register();
+    app = await lab.agent(pod.name, { uid: 1000 });
+  }, scaled(120_000));
+
+  afterAll(async () => {
+    pods?.close();
+    uninstallDatapath(pinRoot);
+    await lab.cleanup();
+  });
+
+  it('a wildcard listener is registered at listen() and gets the spread; 127.0.0.1 after it rebinds there, the spread again after it goes back', async () => {
+    let s = await start('0.0.0.0');
+    expect(registered()).toBe(true);
+    expectSpread(await connectAll(s));
+    // the proxy restarts bound to 127.0.0.1 only: its old entry is gone with its socket
+    await stop(s);
+    expect(registered()).toBe(false);
+    s = await start('127.0.0.1');
+    expect(registered()).toBe(false);
+    expectLoopback1(await connectAll(s));
+    await stop(s);
+    s = await start('0.0.0.0');
+    expect(registered()).toBe(true);
+    expectSpread(await connectAll(s));
+    await stop(s);
+  }, scaled(60_000));
+
+  it('a dual-stack [::] listener (not registered: sockops cannot read its v6only) gets the spread through the socket lookup', async () => {
+    const s = await start('::');
+    expect(registered()).toBe(false);
+    expectSpread(await connectAll(s));
+    await stop(s);
+  }, scaled(60_000));
+
+  it('a listener that was already listening when the maps were recreated (uninstall, load) keeps getting the spread, then 127.0.0.1 once it rebinds', async () => {
+    let s = await start('0.0.0.0');
+    expect(registered()).toBe(true);
+    // the programs alone replaced (maps kept): the entry stays
+    await loadDatapath({ pinRoot });
+    expect(registered()).toBe(true);
+    expectSpread(await connectAll(s));
+    // everything recreated under the running proxy, the pod registered again (what the agent does)
+    pods?.close();
+    uninstallDatapath(pinRoot);
+    await loadDatapath({ pinRoot });
+    await register();
+    expect(registered(), 'sockops never saw this listen()').toBe(false);
+    expectSpread(await connectAll(s));
+    await stop(s);
+    s = await start('127.0.0.1');
+    expectLoopback1(await connectAll(s));
+    await stop(s);
+  }, scaled(90_000));
 });
