@@ -19,8 +19,14 @@ export interface ObjectSpec {
   rodata?: Record<string, OptionalFeature>;
 }
 
-/** Attached once at the cgroup v2 root. */
+/**
+ * Attached once at the cgroup v2 root, in this order. sockops comes before
+ * outbound: an upgrade replaces one program at a time, and the new sockops
+ * reads an original destination where either connect4 left it (socket
+ * storage now, mc_sockorig before), so no connection made in between loses it.
+ */
 export const NODE_OBJECTS: ObjectSpec[] = [
+  { file: 'sockops.bpf.o', cgroup: [{ name: 'mc_sockops', attachType: 'CGROUP_SOCK_OPS' }] },
   {
     file: 'outbound.bpf.o',
     cgroup: [
@@ -28,7 +34,6 @@ export const NODE_OBJECTS: ObjectSpec[] = [
       { name: 'mc_connect6', attachType: 'CGROUP_INET6_CONNECT' },
     ],
   },
-  { file: 'sockops.bpf.o', cgroup: [{ name: 'mc_sockops', attachType: 'CGROUP_SOCK_OPS' }] },
   {
     file: 'origdst.bpf.o',
     cgroup: [{ name: 'mc_getsockopt', attachType: 'CGROUP_GETSOCKOPT' }],
