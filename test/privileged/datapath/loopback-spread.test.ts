@@ -11,7 +11,7 @@
 // both: 128 in both modes (before the spread, eBPF mode stopped at 64).
 import path from 'node:path';
 import { execa } from 'execa';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { spreadLoopback4 } from '../../../src/explain/kernel-verdict.js';
 import { loadDatapath, uninstallDatapath } from '../../../src/loader/datapath.js';
 import { pinLayout } from '../../../src/loader/manifest.js';
@@ -100,7 +100,7 @@ describeModes('a pod\'s outbound connections get a port range per destination, %
   }, scaled(90_000));
 });
 
-describe('eBPF mode: a proxy bound to 127.0.0.1 only keeps getting 127.0.0.1', () => {
+describeEbpf('eBPF mode: a proxy bound to 127.0.0.1 only keeps getting 127.0.0.1', () => {
   const lab = new Lab();
   let dp: Driver;
   let pod: { name: string; path: string };
