@@ -1,6 +1,7 @@
 // The network config on stdin: its schema (ajv), its decoding, and the GC
 // attachments it carries.
-import { Ajv, type ErrorObject } from 'ajv';
+import { createRequire } from 'node:module';
+import type { ErrorObject, ValidateFunction } from 'ajv';
 import { isObject } from '../mesh/vocabulary.js';
 import { CniError } from './errors.js';
 import { AGENT_SOCKET_MAX_LENGTH, AGENT_TIMEOUT_MAX_MS, CNI_ERROR_CODES, NAME_PATTERN, type CniCommand, type CniVersion } from './rules.js';
@@ -56,8 +57,19 @@ const netConfSchema = {
   additionalProperties: true,
 } as const;
 
-const ajv = new Ajv({ allErrors: false, strict: true });
-const validateNetConf = ajv.compile(netConfSchema);
+let validator: ValidateFunction | undefined;
+/**
+ * The schema's validator, made on first use: loading ajv and compiling took
+ * ~100-200 ms of every `meshcap agent` start (the agent makes it right after
+ * ready, before the first ADD needs it).
+ */
+export function netConfValidator(): ValidateFunction {
+  if (!validator) {
+    const { Ajv } = createRequire(import.meta.url)('ajv') as typeof import('ajv');
+    validator = new Ajv({ allErrors: false, strict: true }).compile(netConfSchema);
+  }
+  return validator;
+}
 
 function schemaMessage(errors: ErrorObject[] | null | undefined): string {
   const e = errors?.[0];
@@ -76,6 +88,7 @@ export function parseNetConf(stdin: string, command: CniCommand): NetConf {
   }
   if (!isObject(raw)) throw new CniError(CNI_ERROR_CODES.DECODE_FAILURE, 'network config on stdin must be a JSON object');
   negotiateVersion(raw.cniVersion, command);
+  const validateNetConf = netConfValidator();
   if (!validateNetConf(raw)) {
     throw new CniError(CNI_ERROR_CODES.INVALID_NETWORK_CONFIG, schemaMessage(validateNetConf.errors));
   }
