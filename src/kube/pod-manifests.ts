@@ -1,9 +1,14 @@
 // Parses Pod manifests as kubectl accepts them: YAML or JSON, one object, many
 // `---` documents, or a List/PodList. Errors carry the line, for the operator.
-import { Composer, LineCounter, Parser, parseAllDocuments, isNode, type Document } from 'yaml';
+import { createRequire } from 'node:module';
+import type { Document, LineCounter } from 'yaml';
 import type { V1Pod } from '@kubernetes/client-node';
 import { isObject } from '../mesh/vocabulary.js';
 import { podShapeProblem } from './pod-shape.js';
+
+/** The YAML parser, loaded on first use: a JSON file (and the agent's start with one) never needs it (~100 ms to load). */
+let yamlLib: typeof import('yaml') | undefined;
+const yaml = (): typeof import('yaml') => (yamlLib ??= createRequire(import.meta.url)('yaml') as typeof import('yaml'));
 
 export class ManifestError extends Error {
   constructor(
@@ -46,8 +51,8 @@ export function parsePodManifests(text: string, file: string, view?: (pod: V1Pod
     return readDocuments(file, streamDocuments(text), view);
   } catch (err) {
     if (!(err instanceof ManifestError)) throw err;
-    const pretty = new LineCounter();
-    const docs = parseAllDocuments(text, { lineCounter: pretty, prettyErrors: true, uniqueKeys: true });
+    const pretty = new (yaml().LineCounter)();
+    const docs = yaml().parseAllDocuments(text, { lineCounter: pretty, prettyErrors: true, uniqueKeys: true });
     readDocuments(file, { docs: Array.isArray(docs) ? docs : [], lineCounter: pretty, checkFirst: true });
     throw err;
   }
@@ -62,6 +67,7 @@ interface DocumentSource {
 
 /** Documents one at a time, as the composer finishes them (parseAllDocuments gathers them all first). */
 function streamDocuments(text: string): DocumentSource {
+  const { Composer, LineCounter, Parser } = yaml();
   const lineCounter = new LineCounter();
   const parser = new Parser(lineCounter.addNewLine);
   const composer = new Composer({ uniqueKeys: true });
@@ -161,7 +167,7 @@ function jsonValue(text: string): Record<string, unknown> | undefined {
 
 function itemLine(doc: Document, i: number, lineOf: (o: number | undefined) => { line: number } | undefined): number | undefined {
   const node = doc.getIn(['items', i], true);
-  return isNode(node) ? lineOf(node.range?.[0])?.line : undefined;
+  return yaml().isNode(node) ? lineOf(node.range?.[0])?.line : undefined;
 }
 
 function firstLine(s: string): string {

@@ -131,7 +131,10 @@ export function refillPodListeners(opts: {
   const res: ListenerRefill = { present: [], registered: [], none: [] };
   let pidsOfNetns: number[] | undefined;
   const pidsOf = () => (pidsOfNetns ??= opts.processes().get(nsId(statSync(opts.netnsPath))) ?? []);
-  const mapFd = bpf.objGet(path.join(pinLayout(opts.pinRoot).maps, MAP.listen));
+  // opened when a key is looked up or written (a pass over pods whose listeners
+  // are all in the snapshot, or that have none, opens it for none of them)
+  let fd: number | undefined;
+  const mapFd = () => (fd ??= bpf.objGet(path.join(pinLayout(opts.pinRoot).maps, MAP.listen)));
   const key = (family: 4 | 6, slot: number) => mcListenKey.encode({ netns: opts.netns, port: opts.port, family, slot, pad: Buffer.alloc(4) });
   try {
     for (const family of [4, 6] as const) {
@@ -151,7 +154,7 @@ export function refillPodListeners(opts: {
       let sockets = opts.listening ? socketsOf() : undefined;
       let present = false;
       if (!opts.listening || sockets!.length > 0) {
-        for (let slot = 0; slot < MC_LISTEN_SLOTS && !present; slot++) present = bpf.mapLookup(mapFd, key(family, slot), 8) !== null;
+        for (let slot = 0; slot < MC_LISTEN_SLOTS && !present; slot++) present = bpf.mapLookup(mapFd(), key(family, slot), 8) !== null;
       }
       if (present) {
         res.present.push(family);
@@ -170,7 +173,7 @@ export function refillPodListeners(opts: {
           try {
             const value = Buffer.alloc(8);
             value.writeBigUInt64LE(BigInt(mine));
-            bpf.mapUpdate(mapFd, key(family, slot++), value);
+            bpf.mapUpdate(mapFd(), key(family, slot++), value);
           } finally {
             bpf.closeFd(mine);
           }
@@ -180,7 +183,7 @@ export function refillPodListeners(opts: {
       (slot > 0 ? res.registered : res.none).push(family);
     }
   } finally {
-    bpf.closeFd(mapFd);
+    if (fd !== undefined) bpf.closeFd(fd);
   }
   return res;
 }
