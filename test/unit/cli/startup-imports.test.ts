@@ -49,11 +49,19 @@ const HEAVY_PACKAGES = ['@kubernetes/client-node', 'pino', 'prom-client', 'execa
 const HEAVY_FILES = /^(native\/|sandbox\/|agent\/agent\.ts|loader\/(datapath|probe)\.ts|kube\/api-source\.ts|proxy\/)/;
 
 describe('meshcap start-up imports', () => {
-  const { files, packages } = startupModules(path.join(src, 'cli', 'main.ts'));
+  // main.ts imports the invoked command's module (all of them for help): each
+  // command module and what it imports statically load before any action.
+  const main = path.join(src, 'cli', 'main.ts');
+  const commandModules = [...readFileSync(main, 'utf8').matchAll(/import\('(\.\/[^']+)'\)/g)].map((m) => path.join(src, 'cli', m[1]!.replace(/\.js$/, '.ts')));
+  const walks = [main, ...commandModules].map((f) => startupModules(f));
+  const files = [...new Set(walks.flatMap((w) => w.files))].sort();
+  const packages = [...new Set(walks.flatMap((w) => w.packages))].sort();
 
   it('reaches every command file (the walk works)', () => {
+    expect(commandModules.length).toBeGreaterThanOrEqual(11);
     expect(files).toContain('cli/main.ts');
     expect(files).toContain('cli/status-command.ts');
+    expect(files).toContain('cli/agent-command.ts');
     expect(packages).toContain('commander');
   });
 
