@@ -9,6 +9,7 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import { startCniServer, type CniServer } from '../cni/server.js';
 import type { CniHandlers } from '../cni/types.js';
+import { netConfValidator } from '../cni/netconf.js';
 import type { PodSource } from '../kube/pod-source.js';
 import { loadDatapath } from '../loader/datapath.js';
 import { pinLayout } from '../loader/manifest.js';
@@ -113,8 +114,23 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
     return undefined;
   };
 
+  // Where the start-up goes (the ready line's `steps`, ms): a node's
+  // cold start is what keeps its pods' ADDs waiting.
+  const steps: Record<string, number> = {};
+  let mark = t0;
+  const step = (name: string) => {
+    const now = performance.now();
+    steps[name] = Math.round(now - mark);
+    mark = now;
+  };
   const store = new StateStore(o.stateDir);
   const unreadable = store.open();
+  step('stateDir');
+  // The pod source lists the node's pods (an API round trip, or the pods
+  // file) while the datapath loads and the records are reconciled: neither
+  // needs the pods, and ready waits for both.
+  const podsSynced = o.podSource.start();
+  podsSynced.catch(() => undefined); // awaited below; not unhandled meanwhile
   for (const p of unreadable) log.warn({ problem: p }, 'ignoring an unreadable state record');
 
   const backendOpts = {
@@ -151,11 +167,11 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       ebpf = new EbpfBackend(o.pinRoot, backendOpts);
     }
     datapathLoaded = true;
+    step('datapath');
 
     const metrics = createMetrics(store, () => datapath?.ebpf ?? ebpf, { perPod: o.metricsPerPod === true });
     if (o.metricsAddr) http = await startHttpEndpoint(o.metricsAddr, metrics.registry, notReady);
 
-    await o.podSource.start();
     const dp = new PodDatapath(ebpf, log);
     datapath = dp;
     const lock = new KeyedLock();
@@ -206,6 +222,9 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
     // no readable record owns would take its capture away (fail open).
     if (unreadable.length > 0) log.warn({ unreadable: unreadable.length, stateDir: o.stateDir }, 'not sweeping orphan map entries: unreadable state records may own them; fix or remove those files');
     const startup = await pass('start', unreadable.length === 0);
+    step('reconcile');
+    await podsSynced;
+    step('podSource');
     const handlers = metrics.instrument(base);
     const startedAt = new Date().toISOString();
     server = await startCniServer({
@@ -230,10 +249,16 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       reconcileMs: startup.ms,
       metrics: http ? `${http.address.address}:${http.address.port}` : undefined,
       startupMs: Math.round(performance.now() - t0),
+      steps: (step('serve'), steps),
+      // the process's CPU time to here (module loading included): wall time moves with the machine's load
+      cpuMs: Math.round((process.cpuUsage().user + process.cpuUsage().system) / 1000),
     }, 'meshcap agent ready');
 
     // After ready, not before: the start-up reconcile comes first.
     dp.ebpf?.inboundPool?.fill();
+    // The CNI config validator (ajv) is compiled now rather than in the start
+    // or in the first ADD.
+    setImmediate(() => netConfValidator());
 
     const repairMode = o.repair ?? 'repair';
     const repairFailedAt = new Map<string, number>();

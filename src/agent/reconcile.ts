@@ -112,12 +112,22 @@ export async function reconcilePods(
       return (snap ??= ebpf.snapshot());
     },
     listening: () => (listening ??= d.datapath.ebpf?.listenerSnapshot() ?? new Set()),
+    shownLive: new Set(),
   };
 
   // iptables pods cost an iptables-save in their netns each: the self-check
   // visits them less often than eBPF pods (see the agent).
   const records = d.store.list().filter((r) => !(opts.skipIptables && r.mode === 'iptables'));
   report.records = records.length;
+  // Every eBPF pod's netns shown live by its pinned link, in one native call
+  // (per pod it was four syscalls through N-API each). A pod not shown here,
+  // or whose record changed since, is looked at on its own below.
+  const linked = d.datapath.ebpf ? records.filter((r) => r.mode === 'ebpf' && r.netnsCookie !== null) : [];
+  if (linked.length > 0) {
+    const snap = pass.snapshot();
+    const shown = d.datapath.ebpf!.netnsShownLiveMany(linked.map((r) => ({ netnsPath: r.netns, netns: cookieOf(r)! })), snap);
+    linked.forEach((r, i) => shown[i] && pass.shownLive.add(liveKey(r)));
+  }
   const one = async (first: AttachmentRecord): Promise<void> => {
     const out = await d.lock.run(first.containerId, async (): Promise<PodOutcome | null> => {
       // Re-read under the lock: an ADD or DEL may have changed it meanwhile.
@@ -167,14 +177,18 @@ interface PassState {
   snapshot(): KeySnapshot | undefined;
   /** mc_listen's pods and families, one walk per pass (see refillPodListeners). */
   listening(): Set<string>;
+  /** Pods (liveKey) whose netns their pinned link showed live at the start of the pass. */
+  shownLive: Set<string>;
 }
+
+const liveKey = (r: AttachmentRecord) => `${r.netnsCookie}\0${r.netns}`;
 
 async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassState, trigger: ReconcileTrigger): Promise<PodOutcome> {
   const base = { pod: podName(rec), containerId: rec.containerId };
   const cookie = cookieOf(rec);
   const snap = rec.mode === 'ebpf' ? pass.snapshot() : undefined;
   // A pod's pinned link shows its netns live without a setns (most eBPF pods).
-  const shown = rec.mode === 'ebpf' && cookie !== null && d.datapath.ebpf?.netnsShownLive(rec.netns, cookie, snap) === true;
+  const shown = rec.mode === 'ebpf' && cookie !== null && (pass.shownLive.has(liveKey(rec)) || d.datapath.ebpf?.netnsShownLive(rec.netns, cookie, snap) === true);
   const ns = shown ? 'live' : await netnsState(rec.netns, cookie);
   if (ns !== 'live') {
     // The pod is gone (its DEL went unanswered) or the path names another netns now.
