@@ -93,26 +93,22 @@ function cleanup() {
 process.once('SIGINT', () => { cleanup(); process.exit(130); });
 process.once('SIGTERM', () => { cleanup(); process.exit(143); });
 
-const podYaml = (name: string) => `apiVersion: v1
-kind: Pod
-metadata:
-  name: ${name}
-  namespace: bench
-  annotations:
-    sidecar.istio.io/status: '{"containers":["istio-proxy"]}'
-spec:
-  containers:
-  - {name: app, image: app}
-  - {name: istio-proxy, image: proxyv2}
-`;
+const pod = (name: string) => ({
+  apiVersion: 'v1',
+  kind: 'Pod',
+  metadata: { name, namespace: 'bench', annotations: { 'sidecar.istio.io/status': '{"containers":["istio-proxy"]}' } },
+  spec: { containers: [{ name: 'app', image: 'app' }, { name: 'istio-proxy', image: 'proxyv2' }] },
+});
 
 /**
  * The pods file holds the node's pods: the registered ones and the sample's,
- * as an API server's list for this node would (the agent follows the file).
+ * as JSON, as an API server's list for this node would (the agent follows the
+ * file; a YAML file of 10,000 pods would time the YAML parser instead).
  */
 function writePods(n: number): void {
-  const f = path.join(tmp, 'pods.yaml');
-  writeFileSync(`${f}.tmp`, [...Array.from({ length: n }, (_, i) => podYaml(`p${i}`)), ...Array.from({ length: SAMPLE }, (_, i) => podYaml(`q${i}`))].join('---\n'));
+  const f = path.join(tmp, 'pods.json');
+  const items = [...Array.from({ length: n }, (_, i) => pod(`p${i}`)), ...Array.from({ length: SAMPLE }, (_, i) => pod(`q${i}`))];
+  writeFileSync(`${f}.tmp`, JSON.stringify({ apiVersion: 'v1', kind: 'List', items }));
   execFileSync('mv', [`${f}.tmp`, f]);
 }
 
@@ -155,7 +151,7 @@ let readyLine: ((l: Record<string, unknown>) => void) | undefined;
 
 async function startAgentProcess(): Promise<{ wallMs: number; ready: Record<string, unknown> }> {
   const t0 = performance.now();
-  const a = spawn(process.execPath, [MESHCAP, 'agent', '--standalone', '--pods', path.join(tmp, 'pods.yaml'), '--socket', socket,
+  const a = spawn(process.execPath, [MESHCAP, 'agent', '--standalone', '--pods', path.join(tmp, 'pods.json'), '--socket', socket,
     '--pin-root', pinRoot, '--mode', 'ebpf', '--state-dir', stateDir, '--exclude-namespaces', 'kube-system'], { stdio: ['ignore', 'pipe', 'pipe'] });
   agent = a;
   writeFileSync(pidFile, String(a.pid));
@@ -183,6 +179,12 @@ async function startAgentProcess(): Promise<{ wallMs: number; ready: Record<stri
   return { wallMs: performance.now() - t0, ready: r };
 }
 
+/** CPU time of this process's reaped children (/proc/self/stat cutime + cstime), ms. */
+function childCpuMs(): number {
+  const f = readFileSync('/proc/self/stat', 'utf8').split(') ')[1]!.split(' ');
+  return (Number(f[13]) + Number(f[14])) * (1000 / 100); // USER_HZ: 100 on Linux
+}
+
 function rssMiB(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   return m ? Number(m[1]) / 1024 : NaN;
@@ -201,8 +203,9 @@ interface SizeResult {
   addAgent: ReturnType<typeof summary>;
   delExecToExit: ReturnType<typeof summary>;
   agentRssMiB: number;
-  status: { ms: number; exitCode: number | null; pods: number };
-  coldStart?: { wallMs: number; startupMs: number; reconcileMs: number; attachments: number; restored: number; dropped: number; rssMiB: number; loadavg: number[] };
+  /** cpuMs: the command's CPU time (user + system, 10 ms ticks): wall time moves with the machine's load. */
+  status: { ms: number; cpuMs: number; exitCode: number | null; pods: number };
+  coldStart?: { wallMs: number; startupMs: number; reconcileMs: number; cpuMs: number; steps: Record<string, number>; attachments: number; restored: number; dropped: number; rssMiB: number; loadavg: number[] };
   registerPerSec: number;
 }
 const results: SizeResult[] = [];
@@ -242,8 +245,8 @@ try {
       const loadavg = os.loadavg();
       a = await startAgentProcess();
       const r = a.ready;
-      coldStart = { wallMs: a.wallMs, startupMs: r.startupMs as number, reconcileMs: r.reconcileMs as number, attachments: r.attachments as number, restored: r.restored as number, dropped: r.dropped as number, rssMiB: rssMiB(agent!.pid!), loadavg };
-      log(`cold start with ${size} pods: ${a.wallMs.toFixed(0)} ms to ready (agent's startupMs ${String(r.startupMs)}; restored ${String(r.restored)}, dropped ${String(r.dropped)})`);
+      coldStart = { wallMs: a.wallMs, startupMs: r.startupMs as number, reconcileMs: r.reconcileMs as number, cpuMs: r.cpuMs as number, steps: r.steps as Record<string, number>, attachments: r.attachments as number, restored: r.restored as number, dropped: r.dropped as number, rssMiB: rssMiB(agent!.pid!), loadavg };
+      log(`cold start with ${size} pods: ${a.wallMs.toFixed(0)} ms to ready (agent's startupMs ${String(r.startupMs)}, CPU ${String(r.cpuMs)} ms, steps ${JSON.stringify(r.steps)}; restored ${String(r.restored)}, dropped ${String(r.dropped)})`);
       for (let i = 0; i < 5; i++) {
         await runCni('ADD', `w${i}`, `q${i}`, probePath(i), probeIp(i));
         await runCni('DEL', `w${i}`, `q${i}`, probePath(i), probeIp(i));
@@ -275,16 +278,18 @@ try {
       addAgentMs.push(v);
     }
 
+    const c0 = childCpuMs();
     const s0 = performance.now();
     const st = spawnSync(process.execPath, [MESHCAP, 'status', '-o', 'json', '--state-dir', stateDir, '--pin-root', pinRoot, '--socket', socket], { maxBuffer: 1 << 30, encoding: 'utf8' });
     const statusMs = performance.now() - s0;
+    const statusCpuMs = childCpuMs() - c0;
     let statusPods = -1;
     try {
       statusPods = (JSON.parse(st.stdout) as { pods: unknown[] }).pods.length;
     } catch { /* reported as -1 */ }
-    const res: SizeResult = { pods: size, loadavg, addExecToExit: summary(addMs), addAgent: summary(addAgentMs), delExecToExit: summary(delMs), agentRssMiB: rss, status: { ms: statusMs, exitCode: st.status, pods: statusPods }, registerPerSec, ...(coldStart ? { coldStart } : {}) };
+    const res: SizeResult = { pods: size, loadavg, addExecToExit: summary(addMs), addAgent: summary(addAgentMs), delExecToExit: summary(delMs), agentRssMiB: rss, status: { ms: statusMs, cpuMs: statusCpuMs, exitCode: st.status, pods: statusPods }, registerPerSec, ...(coldStart ? { coldStart } : {}) };
     results.push(res);
-    log(`${size} pods: ADD p50 ${res.addExecToExit.p50.toFixed(2)} ms (agent ${res.addAgent.p50.toFixed(2)} ms), RSS ${rss.toFixed(0)} MiB, status ${statusMs.toFixed(0)} ms (${statusPods} pods, exit ${st.status})`);
+    log(`${size} pods: ADD p50 ${res.addExecToExit.p50.toFixed(2)} ms (agent ${res.addAgent.p50.toFixed(2)} ms), RSS ${rss.toFixed(0)} MiB, status ${statusMs.toFixed(0)} ms, CPU ${statusCpuMs} ms (${statusPods} pods, exit ${st.status})`);
   }
   await stopAgent();
 
@@ -292,10 +297,10 @@ try {
   console.log(`eBPF mode, meshed Istio pods, ${SAMPLE} ADDs sampled per size, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
   console.log('pods registered   ADD p50   ADD p99   agent p50  agent p99   DEL p50   RSS MiB   status ms   load avg');
   for (const r of results) {
-    console.log(`${String(r.pods).padStart(15)}  ${f(r.addExecToExit.p50)}   ${f(r.addExecToExit.p99)}   ${f(r.addAgent.p50)}  ${f(r.addAgent.p99)}   ${f(r.delExecToExit.p50)}   ${r.agentRssMiB.toFixed(0).padStart(7)}   ${r.status.ms.toFixed(0).padStart(9)}   ${r.loadavg.map((x) => x.toFixed(1)).join(' ')}`);
+    console.log(`${String(r.pods).padStart(15)}  ${f(r.addExecToExit.p50)}   ${f(r.addExecToExit.p99)}   ${f(r.addAgent.p50)}  ${f(r.addAgent.p99)}   ${f(r.delExecToExit.p50)}   ${r.agentRssMiB.toFixed(0).padStart(7)}   ${r.status.ms.toFixed(0).padStart(9)} (CPU ${r.status.cpuMs})   ${r.loadavg.map((x) => x.toFixed(1)).join(' ')}`);
   }
   for (const r of results) {
-    if (r.coldStart) console.log(`cold start adopting ${r.pods} pods: ${r.coldStart.wallMs.toFixed(0)} ms spawn to ready (agent startupMs ${r.coldStart.startupMs}, of which reconcile ${r.coldStart.reconcileMs}; ${r.coldStart.restored} restored, ${r.coldStart.dropped} dropped; RSS ${r.coldStart.rssMiB.toFixed(0)} MiB; load ${r.coldStart.loadavg.map((x) => x.toFixed(1)).join(' ')})`);
+    if (r.coldStart) console.log(`cold start adopting ${r.pods} pods: ${r.coldStart.wallMs.toFixed(0)} ms spawn to ready (agent startupMs ${r.coldStart.startupMs}, of which reconcile ${r.coldStart.reconcileMs}; CPU to ready ${r.coldStart.cpuMs} ms; ${r.coldStart.restored} restored, ${r.coldStart.dropped} dropped; RSS ${r.coldStart.rssMiB.toFixed(0)} MiB; load ${r.coldStart.loadavg.map((x) => x.toFixed(1)).join(' ')})`);
   }
   const first = results[0]!;
   const last = results.at(-1)!;
