@@ -15,7 +15,7 @@ import { testPinRoot } from '../../helpers/lab.js';
 import { uninstallDatapath } from '../../../src/loader/datapath.js';
 import { pinLayout } from '../../../src/loader/manifest.js';
 import { DEFAULT_MAP_SIZES, SIZED_MAPS, type MapSizes } from '../../../src/loader/map-sizes.js';
-import { loadInboundInstance } from '../../../src/pod-datapath/inbound-pool.js';
+import { loadInboundInstance, pinnedSizes } from '../../../src/pod-datapath/inbound-pool.js';
 import { objectPath } from '../../../src/loader/manifest.js';
 import { projectRoot } from '../../../src/paths.js';
 import * as bpf from '../../../src/native/addon.js';
@@ -65,6 +65,11 @@ describeEbpf('LRU map sizes', () => {
     // a pod's inbound program carries the maps too: it must take the pinned sizes
     const inst = await loadInboundInstance(pinLayout(root).maps);
     inst.obj.close();
+    // the agent's pool reads the pins' sizes once and hands them to each load
+    const sizes = pinnedSizes(pinLayout(root).maps);
+    expect(Object.fromEntries(sizes)).toEqual(A);
+    const pooled = await loadInboundInstance(pinLayout(root).maps, sizes);
+    pooled.obj.close();
 
     const second = await meshcap('load', ...state, ...sizeArgs(B));
     expect(second.exitCode, second.stderr).toBe(0);
