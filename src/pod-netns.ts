@@ -4,7 +4,6 @@
 // still names the same netns), whether it still lives, and the ::6 address
 // the proxy's IPv6 inbound passthrough binds.
 import { existsSync } from 'node:fs';
-import { execa } from 'execa';
 import * as bpf from './native/addon.js';
 
 /** Whether a record's netns path still names the netns it was made for. */
@@ -47,6 +46,8 @@ export async function netnsProblem(netnsPath: string, cookie: bigint | null): Pr
  * so does meshcap, in both modes.
  */
 export async function addPassthroughV6(netnsPath: string): Promise<void> {
+  // execa loaded here: `meshcap status` and the agent's start need none of it (~100 ms)
+  const { execa } = await import('execa');
   const r = await execa('nsenter', [`--net=${netnsPath}`, 'ip', '-6', 'addr', 'replace', '::6/128', 'dev', 'lo'], { reject: false });
   if (r.exitCode !== 0) throw new Error(`cannot add ::6/128 to lo in ${netnsPath} (IPv6 inbound passthrough): ${r.stderr.trim()}`);
 }

@@ -3,7 +3,6 @@
 // ones), so nothing here assumes a path.
 import { readFileSync, statfsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
-import { execa } from 'execa';
 
 export interface Mount {
   mountPoint: string;
@@ -75,6 +74,7 @@ export async function ensureBpffs(): Promise<string> {
   const found = findBpffs();
   if (found) return found;
   await mkdir('/sys/fs/bpf', { recursive: true });
+  const { execa } = await import('execa'); // only here: the commands that read mounts need no execa
   await execa('mount', ['-t', 'bpf', 'bpf', '/sys/fs/bpf']);
   const now = findBpffs();
   if (!now) throw new Error('mounted bpffs at /sys/fs/bpf but it does not show in /proc/self/mountinfo');

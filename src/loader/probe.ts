@@ -5,7 +5,6 @@
 import { mkdirSync, rmdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { addNetns, delNetns } from '../lab/netns.js';
 import * as bpf from '../native/addon.js';
 import { OPTIONAL_FEATURES, REQUIRED_FEATURES, type FeatureResult, type FeatureSpec, type OptionalFeature } from './features.js';
 import { decideMode, type ModeDecision, type ModeRequest } from './mode.js';
@@ -87,6 +86,8 @@ async function makeTargets(): Promise<Targets> {
   }
   // The name src/cli/probe-command.ts removes on a second Ctrl-C.
   const ns = `meshcap-probe-${process.pid}`;
+  // loaded here (execa): what imports the loader to read pins (meshcap status) needs none of it
+  const { addNetns, delNetns } = await import('../lab/netns.js');
   let netns: string | null = null;
   try {
     netns = await addNetns(ns, { lo: false });
