@@ -1,3 +1,6 @@
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* setns, CLONE_NEWNET (the build defines it too) */
+#endif
 #include "netns_cookie.h"
 
 #include <errno.h>
