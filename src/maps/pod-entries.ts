@@ -176,9 +176,9 @@ export function podValue(cfg: CaptureConfig, podIPs: string[]): Buffer {
     (a.family === 4 ? v4 : v6).push(a);
   }
   const addr4 = Buffer.alloc(4 * MC_POD_ADDRS);
-  v4.forEach((a, i) => a.bytes.copy(addr4, i * 4));
+  v4.forEach((a, i) => addr4.set(a.bytes, i * 4));
   const addr6 = Buffer.alloc(16 * MC_POD_ADDRS);
-  v6.forEach((a, i) => a.bytes.copy(addr6, i * 16));
+  v6.forEach((a, i) => addr6.set(a.bytes, i * 16));
   return mcPod.encode({
     outbound_port: p.proxyPort,
     inbound_port: p.inboundCapturePort,

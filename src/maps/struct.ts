@@ -58,7 +58,7 @@ export function defineStruct<T extends object>(name: string, defs: FieldDef[]): 
           case 'bytes': {
             const src = x as Buffer;
             if (src.length > f.size) throw new RangeError(`${name}.${f.name}: ${src.length} bytes do not fit in ${f.size}`);
-            src.copy(b, f.offset);
+            b.set(src, f.offset); // TypedArray.set: Buffer.copy costs ~5 us per call here (10,000 pods x 3 in status)
             break;
           }
         }
