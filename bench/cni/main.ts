@@ -115,6 +115,8 @@ interface Row {
   pluginCpuMs?: number;
   /** the meshcap agent's CPU time per op over the row (all its threads, /proc/PID/task/* /schedstat), ms */
   agentCpuMs?: number;
+  /** the same for the agent's main (JS) thread alone: its request handling, without the libuv pool's program loads */
+  agentMainCpuMs?: number;
   /** p50 of the agent's own durationMs per request (its log line: connection accepted to reply written), ms */
   agentP50?: number | undefined;
 }
@@ -173,6 +175,15 @@ async function pool<T, R>(items: T[], width: number, fn: (item: T, i: number) =>
   return out;
 }
 
+/** CPU time of the process's main thread (the agent's one JS thread), ms. */
+function mainThreadCpuMs(pid: number): number {
+  try {
+    return Number(readFileSync(`/proc/${pid}/task/${pid}/schedstat`, 'utf8').split(' ')[0]) / 1e6;
+  } catch {
+    return NaN;
+  }
+}
+
 /** CPU time a process has used so far, all threads, ms (schedstat: ns, exact, unlike the 10 ms ticks of /proc/PID/stat). */
 function processCpuMs(pid: number): number {
   let ns = 0;
@@ -215,6 +226,7 @@ const logSize = () => (agentLog && existsSync(agentLog) ? statSync(agentLog).siz
 async function timed(fn: () => Promise<number[]>) {
   const pid = agent?.exitCode === null ? agent.pid : undefined;
   const cpu0 = pid !== undefined ? processCpuMs(pid) : 0;
+  const main0 = pid !== undefined ? mainThreadCpuMs(pid) : 0;
   const log0 = pid !== undefined ? logSize() : 0;
   cpuSamples = [];
   const t0 = performance.now();
@@ -224,7 +236,7 @@ async function timed(fn: () => Promise<number[]>) {
   return {
     ...row,
     ...(cpu.length === ms.length ? { pluginCpuMs: pct(cpu, 50) } : {}),
-    ...(pid !== undefined ? { agentCpuMs: (processCpuMs(pid) - cpu0) / ms.length } : {}),
+    ...(pid !== undefined ? { agentCpuMs: (processCpuMs(pid) - cpu0) / ms.length, agentMainCpuMs: (mainThreadCpuMs(pid) - main0) / ms.length } : {}),
     ...(pid !== undefined ? { agentP50: agentDurationP50(log0) } : {}),
   };
 }
@@ -432,9 +444,9 @@ try {
   progress.done();
   const f = (x: number) => x.toFixed(2).padStart(7);
   console.log(`CNI ADD/DEL, exec to exit, ${N} pods per row, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
-  console.log(`${'mode'.padEnd(10)}${'op'.padEnd(8)}${'pod'.padEnd(12)}${'parent'.padEnd(7)}${'conc'.padStart(5)}${'n'.padStart(6)}   p50 ms   p90 ms   p99 ms   max ms  ops/s  plugin CPU ms  agent CPU ms  agent p50 ms`);
+  console.log(`${'mode'.padEnd(10)}${'op'.padEnd(8)}${'pod'.padEnd(12)}${'parent'.padEnd(7)}${'conc'.padStart(5)}${'n'.padStart(6)}   p50 ms   p90 ms   p99 ms   max ms  ops/s  plugin CPU ms  agent CPU ms  (JS thread)  agent p50 ms`);
   for (const r of results) {
-    console.log(`${r.mode.padEnd(10)}${(r.op ?? 'ADD').padEnd(8)}${r.pod.padEnd(12)}${(r.parent ?? 'native').padEnd(7)}${String(r.concurrency).padStart(5)}${String(r.n).padStart(6)}  ${f(r.p50)}  ${f(r.p90)}  ${f(r.p99)}  ${f(r.max)}  ${r.perSec.toFixed(0).padStart(5)}  ${(r.pluginCpuMs?.toFixed(3) ?? '-').padStart(13)}  ${(r.agentCpuMs?.toFixed(3) ?? '-').padStart(12)}  ${(r.agentP50?.toFixed(2) ?? '-').padStart(12)}`);
+    console.log(`${r.mode.padEnd(10)}${(r.op ?? 'ADD').padEnd(8)}${r.pod.padEnd(12)}${(r.parent ?? 'native').padEnd(7)}${String(r.concurrency).padStart(5)}${String(r.n).padStart(6)}  ${f(r.p50)}  ${f(r.p90)}  ${f(r.p99)}  ${f(r.max)}  ${r.perSec.toFixed(0).padStart(5)}  ${(r.pluginCpuMs?.toFixed(3) ?? '-').padStart(13)}  ${(r.agentCpuMs?.toFixed(3) ?? '-').padStart(12)}  ${(r.agentMainCpuMs?.toFixed(3) ?? '-').padStart(11)}  ${(r.agentP50?.toFixed(2) ?? '-').padStart(12)}`);
   }
   if (controlPlaneMs !== undefined) console.log(`istio-cni read its pods from a real kube-apiserver (etcd + kube-apiserver started in ${(controlPlaneMs / 1000).toFixed(1)} s, not in any row)`);
   const e = results.find((r) => r.mode === 'ebpf' && !r.op && !r.parent && r.pod === 'meshed' && r.concurrency === 1);
