@@ -34,6 +34,8 @@ const { values: opt } = parseArgs({
     sample: { type: 'string', default: '200' },
     'restart-at': { type: 'string', default: '1000,10000' },
     concurrency: { type: 'string', default: '16' },
+    // the DaemonSet's NODE_OPTIONS (deploy/helm/meshcap/templates/daemonset.yaml); '' measures without
+    'agent-node-options': { type: 'string', default: '--max-semi-space-size=1' },
     json: { type: 'string' },
   },
 });
@@ -151,8 +153,10 @@ let readyLine: ((l: Record<string, unknown>) => void) | undefined;
 
 async function startAgentProcess(): Promise<{ wallMs: number; ready: Record<string, unknown> }> {
   const t0 = performance.now();
+  // the environment the DaemonSet gives the agent: its RSS is measured as deployed
+  const env = { ...process.env, MALLOC_ARENA_MAX: '1', NODE_OPTIONS: opt['agent-node-options'] };
   const a = spawn(process.execPath, [MESHCAP, 'agent', '--standalone', '--pods', path.join(tmp, 'pods.json'), '--socket', socket,
-    '--pin-root', pinRoot, '--mode', 'ebpf', '--state-dir', stateDir, '--exclude-namespaces', 'kube-system'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    '--pin-root', pinRoot, '--mode', 'ebpf', '--state-dir', stateDir, '--exclude-namespaces', 'kube-system'], { stdio: ['ignore', 'pipe', 'pipe'], env });
   agent = a;
   writeFileSync(pidFile, String(a.pid));
   let err = '';
@@ -218,7 +222,9 @@ try {
   writePods(SIZES[0]!);
 
   let a = await startAgentProcess();
-  log(`agent ready in ${a.wallMs.toFixed(0)} ms`);
+  await new Promise((r) => setTimeout(r, 1000));
+  const readyRssMiB = rssMiB(agent!.pid!);
+  log(`agent ready in ${a.wallMs.toFixed(0)} ms, RSS ${readyRssMiB.toFixed(0)} MiB with no pod registered`);
   // warm-up: JIT and lazy module loads; then the probe pods go again
   for (let i = 0; i < 5; i++) {
     await runCni('ADD', `w${i}`, `q${i}`, probePath(i), probeIp(i));
@@ -295,6 +301,7 @@ try {
 
   const f = (x: number) => x.toFixed(2).padStart(7);
   console.log(`eBPF mode, meshed Istio pods, ${SAMPLE} ADDs sampled per size, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
+  console.log(`agent (MALLOC_ARENA_MAX=1, NODE_OPTIONS=${JSON.stringify(opt['agent-node-options'])}) RSS at ready with no pod registered: ${readyRssMiB.toFixed(0)} MiB`);
   console.log('pods registered   ADD p50   ADD p99   agent p50  agent p99   DEL p50   RSS MiB   status ms   load avg');
   for (const r of results) {
     console.log(`${String(r.pods).padStart(15)}  ${f(r.addExecToExit.p50)}   ${f(r.addExecToExit.p99)}   ${f(r.addAgent.p50)}  ${f(r.addAgent.p99)}   ${f(r.delExecToExit.p50)}   ${r.agentRssMiB.toFixed(0).padStart(7)}   ${r.status.ms.toFixed(0).padStart(9)} (CPU ${r.status.cpuMs})   ${r.loadavg.map((x) => x.toFixed(1)).join(' ')}`);
@@ -305,7 +312,7 @@ try {
   const first = results[0]!;
   const last = results.at(-1)!;
   console.log(`ADD p50 growth ${first.pods} -> ${last.pods} pods: ${(((last.addExecToExit.p50 / first.addExecToExit.p50) - 1) * 100).toFixed(1)}% (exec to exit), ${(((last.addAgent.p50 / first.addAgent.p50) - 1) * 100).toFixed(1)}% (agent)`);
-  if (opt.json) writeFileSync(opt.json, JSON.stringify({ when: new Date().toISOString(), cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, results }, null, 1) + '\n');
+  if (opt.json) writeFileSync(opt.json, JSON.stringify({ when: new Date().toISOString(), agentNodeOptions: opt['agent-node-options'], readyRssMiB, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, results }, null, 1) + '\n');
 } finally {
   cleanup();
 }
