@@ -70,7 +70,11 @@ describeEbpf('byte order of app connections through the eBPF datapath (issue 20)
   const COUNTERS = ['OutSegs', 'OutRsts', 'ListenOverflows', 'SyncookiesSent', 'SyncookiesFailed', 'TCPSynRetrans', 'TCPAbortOnClose', 'TCPAbortOnData', 'TCPAbortOnMemory', 'TCPAbortOnTimeout', 'TCPAbortOnLinger', 'TCPAbortFailed', 'TCPChallengeACK', 'TWRecycled', 'TCPTimeWaitOverflow'];
 
   async function run(sidecarArgs: string[] = [], conns = CONNS): Promise<{ app: AppResult; side: SidecarResult; tcp: Record<string, number>; ms: number }> {
-    const side = lab.spawn(pod.name, [TOOL, 'sidecar', '--listen', '127.0.0.1:15001', '--backlog', String(BACKLOG), ...sidecarArgs], { uid: 1337 });
+    // --quiet-ms: the sidecar's 5 s of silence before it calls a connection
+    // unfinished, stretched like every fixed deadline (a TCG guest under load
+    // delivers a SYN-retransmitted connection's bytes later; the tool caps it at 60 s).
+    const quiet = String(Math.min(scaled(5_000), 50_000));
+    const side = lab.spawn(pod.name, [TOOL, 'sidecar', '--listen', '127.0.0.1:15001', '--backlog', String(BACKLOG), '--quiet-ms', quiet, ...sidecarArgs], { uid: 1337 });
     try {
       await side.ready;
       const t0 = Date.now();
@@ -99,7 +103,13 @@ describeEbpf('byte order of app connections through the eBPF datapath (issue 20)
     const msg = JSON.stringify(r);
     // nearly all connections must get through, or the test measured little
     expect(r.app.connected, msg).toBeGreaterThanOrEqual(r.app.attempted * 0.95);
-    expect(r.app.write_errors + r.app.short_writes, msg).toBe(0);
+    expect(r.app.short_writes, msg).toBe(0);
+    // A write can fail only on a connection the overloaded listener refused
+    // (below): its reset beats the app's first write when the CPU is slow (a
+    // TCG guest under load: 2 of 4,000). Any reset of an accepted connection
+    // shows as the sidecar's short/errors, which must be 0.
+    if (r.app.write_errors > 0) expect(r.app.first_error, msg).toBe('Connection reset by peer');
+    expect(r.app.write_errors, msg).toBeLessThanOrEqual(r.tcp.SyncookiesFailed!);
     // The rest were reset by the overloaded listener itself (the late ACK's
     // SYN cookie fails: TcpExtSyncookiesFailed, one RST each; plain TCP
     // without meshcap does it too, 3-16% here depending on load): not a
