@@ -234,8 +234,8 @@ MC_INLINE __u32 mc_spread_addr4(const __u8 dst[16], __u16 dport)
  * Does a listener take any 127.x address on the outbound port? sockops puts
  * the pod's listener on the outbound port into mc_listen (key port =
  * outbound port, family 4) only when it listens on 0.0.0.0, and the sockhash
- * drops it when it stops listening (close, shutdown): an entry is a wildcard
- * IPv4 listener there now. No entry is not an answer (the proxy may listen
+ * drops it when it stops listening (close, shutdown); the socket's own
+ * fields are checked again here. No entry is not an answer (the proxy may listen
  * on [::] dual-stack, whose v6only sockops cannot read, or it listened before
  * the programs were attached and the agent has not put it back yet): then
  * the kernel's own socket lookup decides, as it always did.
@@ -252,12 +252,21 @@ MC_INLINE bool mc_wildcard_listener4(__u64 netns, const struct mc_pod *pod)
 	k.family = 4;
 #pragma unroll
 	for (int i = 0; i < MC_LISTEN_SLOTS; i++) {
+		bool any;
+
 		k.slot = i;
 		sk = bpf_map_lookup_elem(&mc_listen, &k);
-		if (sk) {
-			bpf_sk_release(sk);
+		if (!sk)
+			continue;
+		/* Still what sockops registered, read from the socket itself now:
+		 * listening on 0.0.0.0 at the port and not bound to a device
+		 * (SO_BINDTODEVICE, which a listener may set after listen(): such
+		 * a listener does not take connections over lo). */
+		any = sk->state == BPF_TCP_LISTEN && sk->src_ip4 == 0 && sk->bound_dev_if == 0 &&
+		      sk->src_port == pod->outbound_port;
+		bpf_sk_release(sk);
+		if (any)
 			return true;
-		}
 	}
 	return false;
 }

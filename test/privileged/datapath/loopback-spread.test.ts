@@ -160,12 +160,14 @@ describeEbpf('eBPF mode: the spread follows the proxy\'s listener through restar
   let cookie: bigint;
   let app: NsAgent;
   // Accepts until killed; one JSON line per connection.
-  const LISTENER = (host: string) => `
+  const LISTENER = (host: string, dev = '') => `
 import json, socket, struct
 fam = socket.AF_INET6 if ":" in "${host}" else socket.AF_INET
 l = socket.socket(fam); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 if fam == socket.AF_INET6: l.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-l.bind(("${host}", 15001)); l.listen(64); print("ready", flush=True)
+l.bind(("${host}", 15001)); l.listen(64)
+if "${dev}": l.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"${dev}")
+print("ready", flush=True)
 while True:
     c, peer = l.accept()
     # as Envoy: SOL_IP for an IPv4 connection, v4-mapped on a dual-stack socket too
@@ -177,8 +179,8 @@ while True:
     # read the app's byte first: closing with unread data would answer with a reset
     c.recv(16); c.sendall(b"ok"); c.close()
 `;
-  const start = async (host: string) => {
-    const s = lab.spawn(pod.name, ['/usr/bin/python3', '-u', '-c', LISTENER(host)], { uid: 1337, until: /^ready/ });
+  const start = async (host: string, dev = '') => {
+    const s = lab.spawn(pod.name, ['/usr/bin/python3', '-u', '-c', LISTENER(host, dev)], { uid: 1337, until: /^ready/ });
     await s.ready;
     return s;
   };
@@ -257,6 +259,16 @@ while True:
     const s = await start('::');
     expect(registered()).toBe(false);
     expectSpread(await connectAll(s));
+    await stop(s);
+  }, scaled(60_000));
+
+  it('a wildcard listener bound to a device after listen() (still registered) gets 127.0.0.1, as the socket lookup says', async () => {
+    // bound to lo it still takes connections over lo, but the kernel's lookup
+    // (no device) does not find it: connect4 checks the registered socket's
+    // own fields and falls back to the lookup, as before the entry existed
+    const s = await start('0.0.0.0', 'lo');
+    expect(registered()).toBe(true);
+    expectLoopback1(await connectAll(s));
     await stop(s);
   }, scaled(60_000));
 
