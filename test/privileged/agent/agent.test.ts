@@ -18,7 +18,7 @@ import { FileSource } from '../../../src/kube/file-source.js';
 import { uninstallDatapath } from '../../../src/loader/datapath.js';
 import { netnsCookie } from '../../../src/pod-netns.js';
 import { projectRoot } from '../../../src/paths.js';
-import { Lab, testPinRoot, type NsAgent } from '../../helpers/lab.js';
+import { Lab, scaled, testPinRoot, type NsAgent } from '../../helpers/lab.js';
 import { istioPod } from '../../helpers/pods.js';
 import { describeModes } from '../../helpers/datapaths.js';
 import { cni, requireCniBinary, type CniCall } from './cni-harness.js';
@@ -75,7 +75,7 @@ describeModes('meshcap agent, %s mode', (mode) => {
     });
     expect(agent.mode).toBe(mode);
     base = { socket: path.join(tmp, 'run', 'cni.sock'), netns: pod.path, pod: 'web', podAddress: '198.18.7.1/24' };
-  }, 120_000);
+  }, scaled(120_000));
 
   afterAll(async () => {
     await agent?.close();

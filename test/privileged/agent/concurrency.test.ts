@@ -14,7 +14,7 @@ import { startAgent, type Agent } from '../../../src/agent/agent.js';
 import { configOf, cookieOf } from '../../../src/agent/state-store.js';
 import { FileSource } from '../../../src/kube/file-source.js';
 import { uninstallDatapath } from '../../../src/loader/datapath.js';
-import { Lab, testPinRoot } from '../../helpers/lab.js';
+import { Lab, scaled, testPinRoot } from '../../helpers/lab.js';
 import { istioPod } from '../../helpers/pods.js';
 import { cni, requireCniBinary } from './cni-harness.js';
 
@@ -40,7 +40,7 @@ describeEbpf('100 concurrent ADDs then 100 DELs (eBPF mode)', () => {
       socketPath: socket, pinRoot, mode: 'ebpf', stateDir: path.join(tmp, 'state'),
       podSource: new FileSource({ path: podsFile, logger }), excludeNamespaces: [], logger, podWaitMs: 2000,
     });
-  }, 120_000);
+  }, scaled(120_000));
 
   afterAll(async () => {
     await agent?.close();
@@ -87,5 +87,5 @@ describeEbpf('100 concurrent ADDs then 100 DELs (eBPF mode)', () => {
     // time box: generous for a loaded 2-core machine, far below a runtime's patience
     expect(addMs).toBeLessThan(30_000);
     expect(delMs).toBeLessThan(30_000);
-  }, 120_000);
+  }, scaled(120_000));
 });

@@ -11,6 +11,7 @@ import { projectRoot } from '../../../src/paths.js';
 import { createPeerNetns, ISTIO_CNI, istioVersion, IstioCniDecider, requirePeers, type PeerNetns } from '../../helpers/istio-peers.js';
 import { describePod, diffPod, generatePodCases, istioCategory, runPodDiff } from '../../helpers/istio-diff/pod-diff.js';
 import type { PodVector } from '../../unit/decision/istio-diff-pod-vectors.test.js';
+import { scaled } from '../../helpers/lab.js';
 
 const SEED = Number(process.env.ISTIO_DIFF_SEED ?? 20261124);
 const RUNS = Number(process.env.ISTIO_DIFF_POD_RUNS ?? 2000);
@@ -40,7 +41,7 @@ describe(`meshed-pod decision vs istio-cni (istio.io/istio ${istioVersion()})`, 
       expect(s.categories[c] ?? 0, `no generated pod ended as ${c}`).toBeGreaterThan(0);
     }
     expect(s.differ, `${s.differ} of ${s.cases} pods differ from istio-cni:\n\n${report}`).toBe(0);
-  }, 600_000);
+  }, scaled(600_000));
 
   it('the recorded pod vectors (test/fixtures/istio-diff/pod-vectors.json) are still what this istio-cni decides', async () => {
     const file = JSON.parse(readFileSync(path.join(projectRoot, 'test/fixtures/istio-diff/pod-vectors.json'), 'utf8')) as { istio: string; vectors: PodVector[] };
@@ -52,7 +53,7 @@ describe(`meshed-pod decision vs istio-cni (istio.io/istio ${istioVersion()})`, 
       const r = await diffPod(0, v.input, decider, netns);
       expect(r.identical, `${v.name}: ${r.detail}`).toBe(true);
     }
-  }, 120_000);
+  }, scaled(120_000));
 
   it('the istio-cni plugin binary is built from the pinned version (it answers VERSION, and names the version run by hand)', () => {
     const v = JSON.parse(execFileSync(ISTIO_CNI, [], { input: '{}', env: { CNI_COMMAND: 'VERSION' }, encoding: 'utf8' })) as { supportedVersions: string[] };

@@ -13,6 +13,7 @@ import { createPeerNetns, istioVersion, makeWorkDir, requirePeers, runIstioIptab
 import { describeCase, generateFlagCases, meshcapRender, runFlagDiff } from '../../helpers/istio-diff/renderer-diff.js';
 import { resolvConf } from '../../helpers/istio-diff/flag-cases.js';
 import type { RendererVector } from '../../unit/fallback-iptables/istio-diff-vectors.test.js';
+import { scaled } from '../../helpers/lab.js';
 
 const SEED = Number(process.env.ISTIO_DIFF_SEED ?? 20261124);
 const RUNS = Number(process.env.ISTIO_DIFF_RUNS ?? 2000);
@@ -55,7 +56,7 @@ describe(`renderer vs istio-iptables (istio.io/istio ${istioVersion()})`, () => 
       const r = await runIstioIptables({ args: v.input.args, env: v.input.env, netns: netns.path[v.input.family], resolvConf: dns ? resolvConf(v.input) : undefined }, work.dir);
       expect({ name: v.name, status: r.status === 0 ? 0 : 'non-zero', v4: r.v4, v6: r.v6 }).toEqual({ name: v.name, status: v.istio.status === 0 ? 0 : 'non-zero', v4: v.istio.v4, v6: v.istio.v6 });
     }
-  }, 120_000);
+  }, scaled(120_000));
 
   it('the meshcap CLI prints what the library renders, and fails where it throws (12 generated cases)', async () => {
     const cli = path.join(projectRoot, 'bin', 'meshcap');
@@ -76,5 +77,5 @@ describe(`renderer vs istio-iptables (istio.io/istio ${istioVersion()})`, () => 
       // the library's servers are Istio's split only with DNS redirection on; the CLI passes them through the same rule
       if (lib.v4 !== null) expect(r.out, label).toBe(lib.v4);
     }
-  }, 120_000);
+  }, scaled(120_000));
 });

@@ -11,7 +11,7 @@ import { execa } from 'execa';
 import { existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { describeEbpf } from '../../helpers/datapaths.js';
-import { testPinRoot } from '../../helpers/lab.js';
+import { scaled, testPinRoot } from '../../helpers/lab.js';
 import { uninstallDatapath } from '../../../src/loader/datapath.js';
 import { pinLayout } from '../../../src/loader/manifest.js';
 import { DEFAULT_MAP_SIZES, SIZED_MAPS, type MapSizes } from '../../../src/loader/map-sizes.js';
@@ -88,7 +88,7 @@ describeEbpf('LRU map sizes', () => {
     expect(third.exitCode, third.stderr).toBe(0);
     expect(third.stdout).not.toMatch(/warning/);
     expect(sizesOf(await pinnedMaps(root))).toEqual(B);
-  }, 60_000);
+  }, scaled(60_000));
 
   it('defaults: the sizes of DEFAULT_MAP_SIZES, and the node total at most 32 MB of bytes_memlock', async () => {
     const root = testPinRoot();
@@ -99,7 +99,7 @@ describeEbpf('LRU map sizes', () => {
     expect(sizesOf(maps)).toEqual(DEFAULT_MAP_SIZES);
     report('defaults', maps);
     expect(memlock(maps)).toBeLessThanOrEqual(32_000_000);
-  }, 60_000);
+  }, scaled(60_000));
 
   it('setMaxEntries: sizes the map before load; errors name the map, the object and errno', async () => {
     const obj = bpf.openObject(objectPath('sockops.bpf.o'));
