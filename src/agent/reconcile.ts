@@ -78,6 +78,9 @@ export function nodeDatapathProblems(pinRoot: string, ebpf: EbpfBackend): string
   return problems;
 }
 
+/** Pods between two turns of the event loop in a pass. */
+const YIELD_EVERY = 64;
+
 /** Pods reconciled at once. */
 export const RECONCILE_CONCURRENCY = 4;
 
@@ -155,7 +158,13 @@ export async function reconcilePods(
   // processes, so overlapping them shortens a node's uncaptured window.
   let next = 0;
   const worker = async () => {
-    while (next < records.length) await one(records[next++]!);
+    while (next < records.length) {
+      await one(records[next++]!);
+      // A pass over eBPF pods awaits only settled promises (microtasks): it
+      // lets the CNI socket's I/O in every YIELD_EVERY pods, so a self-check
+      // over 10,000 pods does not hold ADDs for its whole length.
+      if (next % YIELD_EVERY === 0) await new Promise<void>((r) => setImmediate(r));
+    }
   };
   await Promise.all(Array.from({ length: Math.min(opts.concurrency ?? RECONCILE_CONCURRENCY, records.length) }, worker));
 
