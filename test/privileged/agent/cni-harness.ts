@@ -6,6 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { execa } from 'execa';
 import { cniBinary } from '../../../src/paths.js';
+import { scaled } from '../../helpers/lab.js';
 
 export interface CniRun {
   exitCode: number;
@@ -41,7 +42,9 @@ export function netConf(c: CniCall): string {
     name: 'meshnet',
     type: 'meshcap-cni',
     agentSocket: c.socket,
-    agentTimeoutMs: 20_000,
+    // stretched under emulation like every fixed deadline (a 5.10/6.1 TCG guest
+    // at load 15 took longer than 20 s for a first ADD); at most the schema's 600 s
+    agentTimeoutMs: Math.min(scaled(20_000), 600_000),
     ...(c.extra ?? {}),
   };
   if (c.podAddress) {
@@ -71,7 +74,7 @@ export async function cni(command: string, c: CniCall): Promise<CniRun> {
   let r;
   try {
     // execa hands any fd number to spawn; its types list only 0 and 3-9
-    r = await execa(cniBinary, [], { env, extendEnv: false, stdin: fd as unknown as 3, reject: false, timeout: 60_000 });
+    r = await execa(cniBinary, [], { env, extendEnv: false, stdin: fd as unknown as 3, reject: false, timeout: scaled(60_000) });
   } finally {
     closeSync(fd);
     rmSync(file, { force: true });
