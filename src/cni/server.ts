@@ -176,9 +176,12 @@ function serveConnection(sock: net.Socket, handlers: CniHandlers, logger: Logger
     reply(errorReply(err));
   };
 
-  const timer = setTimeout(() => {
+  // Timers run before I/O in a loop turn: after the loop was held longer than
+  // the deadline (a long pass, GC, a starved CPU), a request that arrived in
+  // time still sits unread. setImmediate lets that turn's reads come first.
+  const timer = setTimeout(() => setImmediate(() => {
     if (!done) reject(new CniError(CNI_ERROR_CODES.IO_FAILURE, `forwarder request not complete within ${readTimeoutMs} ms`));
-  }, readTimeoutMs);
+  }), readTimeoutMs);
   timer.unref();
 
   sock.on('data', (chunk: Buffer) => {

@@ -132,6 +132,33 @@ describe('wire handling', () => {
     expect(JSON.parse(await exchange(sock, request()))).toMatchObject({ exitCode: 0 });
   });
 
+  it('serves a request that arrived in time although the loop was held past the deadline', async () => {
+    // The client is another process: it connects (the deadline starts), then
+    // sends while this process's event loop is blocked longer than the deadline.
+    const sock = path.join(dir, 'cni.sock');
+    await start(sock, { requestReadTimeoutMs: 300 });
+    const client = execa(process.execPath, ['-e', `
+      const c = require('node:net').connect({ path: process.argv[1], allowHalfOpen: true });
+      const chunks = [];
+      c.on('connect', () => process.stdout.write('connected\\n'));
+      c.on('data', (d) => chunks.push(d));
+      c.on('end', () => process.stdout.write(Buffer.concat(chunks), () => process.exit(0)));
+      process.stdin.once('data', () => c.end(process.argv[2]));
+    `, sock, request()], { stdin: 'pipe' });
+    await new Promise<void>((resolve, reject) => {
+      client.stdout!.on('data', (d: Buffer) => { if (d.toString().includes('connected')) resolve(); });
+      client.catch(reject);
+    });
+    await new Promise((r) => setTimeout(r, 50)); // the server has accepted: its deadline runs
+    client.stdin!.write('go\n');
+    const until = performance.now() + 900;
+    while (performance.now() < until) { /* the agent's loop held (a long pass, GC, a starved CPU) */ }
+    const { stdout } = await client;
+    // the timeout's answer would be code 5 ("not complete within 300 ms")
+    const reply = JSON.parse(stdout.slice(stdout.indexOf('{'))) as { exitCode: number };
+    expect(reply).toMatchObject({ exitCode: 0, stdout: '{"cniVersion":"1.0.0"}' });
+  });
+
   it('answers code 5 when a client never finishes its request', async () => {
     const sock = path.join(dir, 'cni.sock');
     await start(sock, { requestReadTimeoutMs: 200 });
