@@ -12,6 +12,29 @@ import { keyedEntries, keyedHex, netnsOfKey, NETNS_OFFSET, podEntries, podValue,
 
 const SWEPT_ALL: MapName[] = [MAP.cidrs, MAP.ports, MAP.portranges];
 
+/**
+ * One pod's keys in one map, packed end to end in a latin1 string (one byte
+ * per char). The index held one Buffer per key: at 10,000 pods ~40,000
+ * Buffers, each a typed array plus its own ArrayBuffer, 8 MiB of heap for
+ * ~1 MiB of keys. A one-byte string is a header and the bytes, immutable,
+ * and outside Node's Buffer pool (a pooled slice would keep its 8 KiB pool
+ * alive after the other pods sharing it were removed).
+ */
+type PackedKeys = string;
+
+function packKeys(keys: Buffer[]): PackedKeys {
+  return Buffer.concat(keys).toString('latin1');
+}
+
+/** The keys of a packed run, each `size` bytes (views of one Buffer). */
+function unpackKeys(packed: PackedKeys | undefined, size: number): Buffer[] {
+  if (!packed) return [];
+  const all = Buffer.from(packed, 'latin1');
+  const out: Buffer[] = [];
+  for (let at = 0; at + size <= all.length; at += size) out.push(all.subarray(at, at + size));
+  return out;
+}
+
 
 /**
  * The per-pod maps as one pass over every pod sees them, read whole (one
@@ -40,7 +63,7 @@ export class PodMaps {
    * use and kept by write/remove: without it every ADD and DEL walked every
    * pod's entries (O(node) per pod). The agent is the maps' only writer;
    * diff() still reads the kernel, so CHECK sees what the index cannot. */
-  private index: Map<MapName, Map<bigint, Buffer[]>> | null = null;
+  private index: Map<MapName, Map<bigint, PackedKeys>> | null = null;
 
   /** mapsDir: where the maps are pinned (pinLayout(pinRoot).maps in src/loader/manifest.ts). */
   constructor(readonly mapsDir: string) {
@@ -120,7 +143,7 @@ export class PodMaps {
     const index = this.podIndex();
     // Keys this call inserts (not there before): undone if a map is full.
     const had = new Set<string>();
-    for (const m of this.swept) for (const k of index.get(m)!.get(netns) ?? []) had.add(`${m}:${k.toString('hex')}`);
+    for (const m of this.swept) for (const k of this.indexed(m, netns)) had.add(`${m}:${k.toString('hex')}`);
     const inserted: MapEntry[] = [];
     const put = (x: MapEntry, flags = 0) => {
       try {
@@ -148,10 +171,12 @@ export class PodMaps {
     // Drop entries of an earlier config of the same pod.
     const want = new Set(keyedEntries(e).map((x) => `${x.map}:${x.key.toString('hex')}`));
     for (const m of this.swept) {
-      for (const key of index.get(m)!.get(netns) ?? []) {
+      for (const key of this.indexed(m, netns)) {
         if (!want.has(`${m}:${key.toString('hex')}`)) bpf.mapDelete(this.fd(m), key);
       }
-      index.get(m)!.set(netns, keyedEntries(e).filter((x) => x.map === m).map((x) => x.key));
+      const keys = keyedEntries(e).filter((x) => x.map === m).map((x) => x.key);
+      if (keys.length) index.get(m)!.set(netns, packKeys(keys));
+      else index.get(m)!.delete(netns);
     }
     return e;
   }
@@ -162,16 +187,16 @@ export class PodMaps {
     if (bpf.mapDelete(this.fd(MAP.pods), u64Key(netns))) n++;
     const index = this.podIndex();
     for (const m of this.swept) {
-      for (const key of index.get(m)!.get(netns) ?? []) if (bpf.mapDelete(this.fd(m), key)) n++;
+      for (const key of this.indexed(m, netns)) if (bpf.mapDelete(this.fd(m), key)) n++;
       index.get(m)!.delete(netns);
     }
     if (bpf.mapDelete(this.fd(MAP.stats), u64Key(netns))) n++;
     return n;
   }
 
-  private podIndex(): Map<MapName, Map<bigint, Buffer[]>> {
+  private podIndex(): Map<MapName, Map<bigint, PackedKeys>> {
     if (this.index) return this.index;
-    const index = new Map<MapName, Map<bigint, Buffer[]>>();
+    const index = new Map<MapName, Map<bigint, PackedKeys>>();
     for (const m of this.swept) {
       const byPod = new Map<bigint, Buffer[]>();
       for (const key of bpf.mapKeys(this.fd(m), this.keySizes.get(m)!)) {
@@ -180,10 +205,17 @@ export class PodMaps {
         if (keys) keys.push(key);
         else byPod.set(netns, [key]);
       }
-      index.set(m, byPod);
+      const packed = new Map<bigint, PackedKeys>();
+      for (const [netns, keys] of byPod) packed.set(netns, packKeys(keys));
+      index.set(m, packed);
     }
     this.index = index;
     return index;
+  }
+
+  /** The pod's keys in map m as the index holds them (none: empty). */
+  private indexed(m: MapName, netns: bigint): Buffer[] {
+    return unpackKeys(this.podIndex().get(m)!.get(netns), this.keySizes.get(m)!);
   }
 
   /** Every pod's entries, each map read whole (noBatch: by the key walk, as on kernels without batch lookup; tests). */
@@ -221,9 +253,8 @@ export class PodMaps {
    * ADD may have rewritten the pod since the snapshot).
    */
   refreshSnapshot(snap: KeySnapshot, netns: bigint, what: 'written' | 'values' = 'written'): void {
-    const index = this.podIndex();
     for (const m of what === 'written' ? this.swept : []) {
-      const keys = index.get(m)!.get(netns) ?? [];
+      const keys = this.indexed(m, netns);
       snap.keys.get(m)!.set(netns, new Set(keys.map((k) => k.toString('hex'))));
       if (m === MAP.portranges) {
         for (const k of keys) {
