@@ -74,6 +74,37 @@ export function configOf(rec: AttachmentRecord): CaptureConfig {
   return cfg;
 }
 
+/**
+ * One frozen settings object per distinct settings, shared by every record
+ * that has them: a node's pods carry a few (one per workload), and 10,000
+ * records each holding its own copy were most of the state index's heap.
+ * Keyed by the settings' JSON as written (key order included), so a record
+ * rewritten from the shared object is byte-identical to the one it came
+ * from. Frozen deeply: it is shared, so nothing may change it (nothing
+ * does; now a write would throw instead of changing other pods' records).
+ * Starts over past CONFIGS_KEPT distinct settings, as `configs` does.
+ */
+const sharedSettings = new Map<string, CaptureSettings>();
+
+export function internSettings(settings: CaptureSettings): CaptureSettings {
+  const key = JSON.stringify(settings);
+  let shared = sharedSettings.get(key);
+  if (!shared) {
+    shared = deepFreeze(structuredClone(settings));
+    if (sharedSettings.size >= CONFIGS_KEPT) sharedSettings.clear();
+    sharedSettings.set(key, shared);
+  }
+  return shared;
+}
+
+function deepFreeze<T>(v: T): T {
+  if (typeof v === 'object' && v !== null && !Object.isFrozen(v)) {
+    for (const x of Object.values(v)) deepFreeze(x);
+    Object.freeze(v);
+  }
+  return v;
+}
+
 export function cookieOf(rec: AttachmentRecord): bigint | null {
   return rec.netnsCookie === null ? null : BigInt(rec.netnsCookie);
 }
@@ -107,6 +138,7 @@ export function readRecords(dir: string): { records: AttachmentRecord[]; problem
     try {
       const v: unknown = JSON.parse(readFileSync(file, 'utf8'));
       if (!validRecord(v)) throw new Error(`not a version ${STATE_VERSION} attachment record`);
+      v.settings = internSettings(v.settings);
       records.push(v);
     } catch (err) {
       problems.push(new StateError(file, (err as Error).message).message);
@@ -158,7 +190,8 @@ export class StateStore {
       rmSync(tmp, { force: true });
       throw err;
     }
-    this.index.set(attachmentKey(rec.containerId, rec.ifname), rec);
+    // A copy holding the shared settings: the caller's object stays its own.
+    this.index.set(attachmentKey(rec.containerId, rec.ifname), { ...rec, settings: internSettings(rec.settings) });
   }
 
   async remove(containerId: string, ifname: string): Promise<void> {

@@ -49,6 +49,34 @@ describe('StateStore', () => {
     expect(onDisk.podIPs).toEqual(s.get('c1', 'eth0')!.podIPs);
   });
 
+  it('shares one frozen settings object per distinct settings and rewrites records byte-identically', async () => {
+    const s = new StateStore(dir);
+    s.open();
+    const mine = rec('c1');
+    await s.put(mine);
+    await s.put(rec('c2'));
+    await s.put(rec('c3', { settings: settingsOf(istioCapture()) }));
+    const bytes = readFileSync(s.fileOf('c1', 'eth0'), 'utf8');
+    // the caller's record keeps its own, unfrozen settings
+    expect(Object.isFrozen(mine.settings)).toBe(false);
+    expect(s.get('c1', 'eth0')!.settings).toBe(s.get('c2', 'eth0')!.settings);
+    expect(s.get('c3', 'eth0')!.settings).not.toBe(s.get('c1', 'eth0')!.settings);
+    expect(Object.isFrozen(s.get('c1', 'eth0')!.settings)).toBe(true);
+
+    const again = new StateStore(dir);
+    expect(again.open()).toEqual([]);
+    const r1 = again.get('c1', 'eth0')!;
+    expect(r1.settings).toBe(again.get('c2', 'eth0')!.settings);
+    expect(r1.settings).toBe(s.get('c1', 'eth0')!.settings);
+    expect(r1.settings).toEqual(mine.settings);
+    expect(() => {
+      (r1.settings as { outboundIPRangesInclude: string }).outboundIPRangesInclude = '198.18.0.0/15';
+    }).toThrow(TypeError);
+    // a record rewritten from the shared settings is the same bytes
+    await again.put(r1);
+    expect(readFileSync(s.fileOf('c1', 'eth0'), 'utf8')).toBe(bytes);
+  });
+
   it('removes records, also ones that are already gone', async () => {
     const s = new StateStore(dir);
     s.open();
