@@ -111,18 +111,11 @@ Napi::Value MapDelete(const Napi::CallbackInfo& info) {
 // Full walk with get_next_key. If the key we continue from is deleted
 // concurrently, the kernel restarts at the first key; the seen-set drops the
 // repeats and the step bound keeps a map under heavy churn from looping.
-Napi::Value MapKeys(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  int fd = ArgFd(info, 0, "mapKeys", "fd");
-  MapDims d = Dims(env, fd, "mapKeys");
-  uint32_t keySize = ArgU32(info, 1, "mapKeys", "keySize");
-  if (keySize != d.keySize)
-    ThrowType(env, "mapKeys: keySize is " + std::to_string(keySize) + ", the map's key size is " +
-                       std::to_string(d.keySize));
-  if (keySize == 0) return Napi::Array::New(env);  // queue/stack: no keys to walk
-  std::vector<std::string> keys;
+// visit(key) runs once per distinct key.
+template <typename Visit>
+void WalkKeys(Napi::Env env, int fd, const MapDims& d, Visit visit) {
   std::set<std::string> seen;
-  std::string cur(keySize, '\0'), next(keySize, '\0');
+  std::string cur(d.keySize, '\0'), next(d.keySize, '\0');
   bool first = true;
   const uint64_t maxSteps = 4ull * (static_cast<uint64_t>(d.maxEntries) + 1) + 64;
   for (uint64_t step = 0;; step++) {
@@ -133,13 +126,26 @@ Napi::Value MapKeys(const Napi::CallbackInfo& info) {
     int r = bpf_map_get_next_key(fd, first ? nullptr : cur.data(), next.data());
     if (r < 0) {
       int err = ErrOf(r);
-      if (err == ENOENT) break;
+      if (err == ENOENT) return;
       ThrowNativeError(env, err, "bpf_map_get_next_key", MapObj(fd));
     }
     first = false;
-    if (seen.insert(next).second) keys.push_back(next);
     cur.swap(next);
+    if (seen.insert(cur).second) visit(cur);
   }
+}
+
+Napi::Value MapKeys(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "mapKeys", "fd");
+  MapDims d = Dims(env, fd, "mapKeys");
+  uint32_t keySize = ArgU32(info, 1, "mapKeys", "keySize");
+  if (keySize != d.keySize)
+    ThrowType(env, "mapKeys: keySize is " + std::to_string(keySize) + ", the map's key size is " +
+                       std::to_string(d.keySize));
+  if (keySize == 0) return Napi::Array::New(env);  // queue/stack: no keys to walk
+  std::vector<std::string> keys;
+  WalkKeys(env, fd, d, [&](const std::string& k) { keys.push_back(k); });
   Napi::Array out = Napi::Array::New(env, keys.size());
   for (uint32_t i = 0; i < keys.size(); i++)
     out.Set(i, Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t*>(keys[i].data()),
@@ -309,37 +315,20 @@ Napi::Value MapEntries(const Napi::CallbackInfo& info) {
     }
   }
   if (ks > 0 && !batched) {
-    // One by one, as mapKeys walks (seen-set and step bound, see there).
-    std::set<std::string> seen;
-    std::string cur(ks, '\0'), next(ks, '\0');
-    bool first = true;
-    const uint64_t maxSteps = 4ull * (static_cast<uint64_t>(d.maxEntries) + 1) + 64;
+    // One by one, as mapKeys walks.
     keys.clear();
     values.clear();
     std::vector<uint8_t> value(vs);
-    for (uint64_t step = 0;; step++) {
-      if (step > maxSteps)
-        ThrowNativeError(env, EAGAIN, "bpf_map_get_next_key",
-                         MapObj(fd) + " (walk did not finish in " + std::to_string(maxSteps) +
-                             " steps: map changing too fast)");
-      int r = bpf_map_get_next_key(fd, first ? nullptr : cur.data(), next.data());
-      if (r < 0) {
-        int err = ErrOf(r);
-        if (err == ENOENT) break;
-        ThrowNativeError(env, err, "bpf_map_get_next_key", MapObj(fd));
-      }
-      first = false;
-      cur.swap(next);
-      if (!seen.insert(cur).second) continue;
-      int l = bpf_map_lookup_elem(fd, cur.data(), value.data());
+    WalkKeys(env, fd, d, [&](const std::string& k) {
+      int l = bpf_map_lookup_elem(fd, k.data(), value.data());
       if (l < 0) {
-        if (ErrOf(l) == ENOENT) continue;  // deleted since the walk saw it
+        if (ErrOf(l) == ENOENT) return;  // deleted since the walk saw it
         ThrowNativeError(env, ErrOf(l), "bpf_map_lookup_elem", MapObj(fd));
       }
-      keys.insert(keys.end(), cur.begin(), cur.end());
+      keys.insert(keys.end(), k.begin(), k.end());
       values.insert(values.end(), value.begin(), value.end());
       n++;
-    }
+    });
   }
   Napi::Object out = Napi::Object::New(env);
   out.Set("count", Napi::Number::New(env, n));
