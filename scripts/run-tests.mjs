@@ -42,7 +42,10 @@ const r = await execa(path.join(root, 'node_modules/.bin/vitest'), ['run', '--re
 let summary = null;
 try {
   const j = JSON.parse(readFileSync(out, 'utf8'));
-  summary = { passed: j.numPassedTests, failed: j.numFailedTests + (j.numFailedTestSuites ?? 0), skipped: j.numPendingTests + j.numTodoTests, suites: j.numFailedTestSuites };
+  // numFailedTestSuites also counts every describe around a failed test: a
+  // file that failed to run is one whose status failed with no failed test
+  const unrun = (j.testResults ?? []).filter((f) => f.status === 'failed' && !(f.assertionResults ?? []).some((a) => a.status === 'failed')).length;
+  summary = { passed: j.numPassedTests, failed: j.numFailedTests + unrun, skipped: j.numPendingTests + j.numTodoTests, suites: unrun };
 } catch (e) {
   console.error(`run-tests: no JSON report (${e.message})`);
 }

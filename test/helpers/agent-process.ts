@@ -5,6 +5,7 @@ import { readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
 import { execa, type ResultPromise } from 'execa';
+import { parseAllDocuments } from 'yaml';
 import { projectRoot } from '../../src/paths.js';
 
 export interface AgentProcessOptions {
@@ -20,6 +21,21 @@ export interface AgentProcessOptions {
   gcOnSignal?: boolean;
   /** node options before the script, e.g. a test-only --require preload */
   nodeArgs?: string[];
+  /** Run with the DaemonSet's literal env values for the agent (deploy/meshcap.yaml: MALLOC_ARENA_MAX, NODE_OPTIONS), as deployed. */
+  daemonSetEnv?: boolean;
+}
+
+/** The agent container's env with literal values in the shipped DaemonSet (deploy/meshcap.yaml). */
+export function daemonSetAgentEnv(): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const doc of parseAllDocuments(readFileSync(path.join(projectRoot, 'deploy/meshcap.yaml'), 'utf8'))) {
+    const o = doc.toJSON() as { kind?: string; spec?: { template?: { spec?: { containers?: { name: string; env?: { name: string; value?: string }[] }[] } } } } | null;
+    if (o?.kind !== 'DaemonSet') continue;
+    const agent = o.spec?.template?.spec?.containers?.find((c) => c.name === 'agent');
+    for (const e of agent?.env ?? []) if (typeof e.value === 'string') env[e.name] = e.value;
+  }
+  if (!env.MALLOC_ARENA_MAX) throw new Error('deploy/meshcap.yaml: no DaemonSet container "agent" with MALLOC_ARENA_MAX: the chart changed, update daemonSetAgentEnv');
+  return env;
 }
 
 export interface ProcFigures {
@@ -45,7 +61,7 @@ export class AgentProcess {
       '--self-check-interval', '0', '--exclude-namespaces', (o.excludeNamespaces ?? ['kube-system']).join(','), '--log-level', 'info',
       ...(o.extraArgs ?? []),
     ];
-    const proc = execa('node', args, { reject: false, stdout: 'pipe', stderr: 'inherit', cleanup: true });
+    const proc = execa('node', args, { reject: false, stdout: 'pipe', stderr: 'inherit', cleanup: true, ...(o.daemonSetEnv ? { env: daemonSetAgentEnv() } : {}) });
     const a = new AgentProcess(proc, proc.pid!);
     const ready = new Promise<void>((resolve, reject) => {
       const rl = readline.createInterface({ input: proc.stdout! });
