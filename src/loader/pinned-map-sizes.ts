@@ -20,12 +20,19 @@ export function pinnedMaxEntries(pin: string): number | null {
   }
 }
 
-/** Before load: each sized map of obj that is pinned in mapsDir gets the pin's size. */
-export function adoptPinnedSizes(obj: bpf.BpfObject, mapsDir: string): void {
-  const inObject = new Set(obj.maps().map((m) => m.name));
+/** The sized maps pinned in mapsDir and their max_entries (read once by a caller that opens many objects). */
+export function pinnedSizes(mapsDir: string): Map<SizedMap, number> {
+  const sizes = new Map<SizedMap, number>();
   for (const name of SIZED_MAPS as readonly SizedMap[]) {
-    if (!inObject.has(name)) continue;
     const n = pinnedMaxEntries(path.join(mapsDir, name));
-    if (n !== null) obj.setMaxEntries(name, n);
+    if (n !== null) sizes.set(name, n);
   }
+  return sizes;
+}
+
+/** Before load: each sized map of obj that is pinned gets the pin's size (read from mapsDir, or given as read by pinnedSizes). */
+export function adoptPinnedSizes(obj: bpf.BpfObject, pins: string | ReadonlyMap<SizedMap, number>): void {
+  const sizes = typeof pins === 'string' ? pinnedSizes(pins) : pins;
+  const inObject = new Set(obj.maps().map((m) => m.name));
+  for (const [name, n] of sizes) if (inObject.has(name)) obj.setMaxEntries(name, n);
 }

@@ -13,9 +13,8 @@
 // it when a self-check reloads the datapath.
 import * as bpf from '../native/addon.js';
 import { POD_INBOUND_OBJECT, POD_INBOUND_PROGRAM, objectPath } from '../loader/manifest.js';
-import path from 'node:path';
-import { SIZED_MAPS } from '../loader/map-sizes.js';
-import { adoptPinnedSizes, pinnedMaxEntries } from '../loader/pinned-map-sizes.js';
+import type { SizedMap } from '../loader/map-sizes.js';
+import { adoptPinnedSizes, pinnedSizes } from '../loader/pinned-map-sizes.js';
 import { MAP } from '../maps/layout.js';
 
 /** The variable in inbound.bpf.c's .bss that holds the pod's netns cookie. */
@@ -31,32 +30,17 @@ export interface InboundInstance {
   podsMapId: number;
 }
 
-/** The sized LRU maps' max_entries as pinned in mapsDir (what adoptPinnedSizes reads each time). */
-export function pinnedSizes(mapsDir: string): Map<string, number> {
-  const sizes = new Map<string, number>();
-  for (const name of SIZED_MAPS) {
-    const n = pinnedMaxEntries(path.join(mapsDir, name));
-    if (n !== null) sizes.set(name, n);
-  }
-  return sizes;
-}
-
 /**
  * Loads one instance against the maps pinned in mapsDir (not attached, cookie
  * 0). `sizes`: the pins' sizes read once by the caller (the pool: pins keep
  * their size for as long as the pods map is the same one, which the pool
  * checks); without, they are read from the pins.
  */
-export async function loadInboundInstance(mapsDir: string, sizes?: ReadonlyMap<string, number>): Promise<InboundInstance> {
+export async function loadInboundInstance(mapsDir: string, sizes?: ReadonlyMap<SizedMap, number>): Promise<InboundInstance> {
   const obj = bpf.openObject(objectPath(POD_INBOUND_OBJECT), { mapPinDir: mapsDir });
   try {
     // The object carries every map; the LRU maps' sizes are the node's (chosen at load).
-    if (sizes) {
-      const inObject = new Set(obj.maps().map((m) => m.name));
-      for (const [name, n] of sizes) if (inObject.has(name)) obj.setMaxEntries(name, n);
-    } else {
-      adoptPinnedSizes(obj, mapsDir);
-    }
+    adoptPinnedSizes(obj, sizes ?? mapsDir);
     await obj.load();
     const prog = obj.programs().find((p) => p.name === POD_INBOUND_PROGRAM);
     if (!prog) throw new Error(`${POD_INBOUND_OBJECT} has no program ${POD_INBOUND_PROGRAM}: rebuild (npm run setup)`);
@@ -104,7 +88,7 @@ export class InboundPool {
   private closed = false;
   private refillQueued = false;
   /** The pins' LRU sizes, read at the first load (three pin opens less per instance). */
-  private sizes: Map<string, number> | undefined;
+  private sizes: Map<SizedMap, number> | undefined;
   /** Counters for metrics and tests. */
   readonly counts = { hits: 0, misses: 0, loaded: 0, failed: 0, discarded: 0 };
 
