@@ -15,6 +15,8 @@ export interface CniRuntimeConf {
   args: string;
   /** Directories searched for plugin binaries (CNI_PATH). */
   paths: string[];
+  /** How long one plugin may run before it is killed. */
+  timeoutMs: number;
 }
 
 export interface ConfList {
@@ -55,7 +57,7 @@ async function exec(command: 'ADD' | 'DEL', list: ConfList, plugin: Record<strin
     },
     extendEnv: false,
     reject: false,
-    timeout: 30_000,
+    timeout: rt.timeoutMs,
   });
   if (r.exitCode !== 0) {
     let code: number | undefined;

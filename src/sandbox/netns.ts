@@ -50,6 +50,7 @@ export class NetnsRuntime implements Runtime {
       ifname: 'eth0',
       args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${this.plan.namespace};K8S_POD_NAME=${name}`,
       paths: this.paths,
+      timeoutMs: this.plan.deadlines.cniPlugin,
     };
     const pod: NetnsPod = { handle: { name, ip: '', netns, containerId: rt.containerId }, rt, result: undefined, procs: [] };
     // Registered first: an abort while `ip netns add` runs must still remove the namespace.

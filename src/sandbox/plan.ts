@@ -5,6 +5,7 @@ import path from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
 import { stringify } from 'yaml';
 import type { Mode } from '../loader/mode.js';
+import { AGENT_TIMEOUT_MAX_MS } from '../cni/rules.js';
 import { ISTIO_ANNOTATIONS, ISTIO_PROXY_CONTAINER } from '../mesh/vocabulary.js';
 import { cniBinary } from '../paths.js';
 
@@ -36,7 +37,42 @@ export interface SandboxPlan {
   intervalMs: number;
   /** How long the agent, each sidecar and the server may take to start. */
   startupTimeoutMs: number;
+  /** Every other deadline of the run, stretched with startupTimeoutMs (deadlinesFor). */
+  deadlines: SandboxDeadlines;
   proxyUid: number;
+}
+
+/** The run's fixed deadlines, in ms. */
+export interface SandboxDeadlines {
+  /** meshcap-cni's agentTimeoutMs: one ADD/DEL answered by the agent. */
+  cniAgent: number;
+  /** One CNI plugin exec (netns runtime); it includes meshcap-cni's wait for the agent. */
+  cniPlugin: number;
+  /** One podman command; `podman run` includes the whole CNI ADD. */
+  podman: number;
+  /** One client connection: connect, the server's answer. */
+  connection: number;
+}
+
+/** The default --startup-timeout-ms, the one the deadlines below are sized for. */
+export const STARTUP_TIMEOUT_MS = 60_000;
+
+/**
+ * The deadlines for a machine that needs startupTimeoutMs to start a process:
+ * a caller who stretches the startup deadline says the machine is that much
+ * slower (an emulated or overloaded one), and a CNI ADD or a podman command
+ * is as slow there as a start. The kernel matrix's TCG guests at load 15 took
+ * over 20 s for one ADD (docs/kernels.md), twice the default agentTimeoutMs.
+ * Never shorter than the defaults, and agentTimeoutMs within meshcap-cni's limit.
+ */
+export function deadlinesFor(startupTimeoutMs: number): SandboxDeadlines {
+  const k = Math.max(1, startupTimeoutMs / STARTUP_TIMEOUT_MS);
+  return {
+    cniAgent: Math.min(AGENT_TIMEOUT_MAX_MS, Math.ceil(10_000 * k)),
+    cniPlugin: Math.ceil(30_000 * k),
+    podman: Math.ceil(60_000 * k),
+    connection: Math.ceil(3_000 * k),
+  };
 }
 
 export const SANDBOX_RUN_ROOT = '/run/meshcap-sandbox';
@@ -61,7 +97,7 @@ export function makePlan(o: PlanOptions = {}): SandboxPlan {
   if (!Number.isInteger(connections) || connections < 1 || connections > 10_000) throw new Error(`--connections ${connections}: 1..10000 per pod`);
   const intervalMs = o.intervalMs ?? 100;
   if (!Number.isInteger(intervalMs) || intervalMs < 0 || intervalMs > 10_000) throw new Error(`--interval-ms ${intervalMs}: 0..10000`);
-  const startupTimeoutMs = o.startupTimeoutMs ?? 60_000;
+  const startupTimeoutMs = o.startupTimeoutMs ?? STARTUP_TIMEOUT_MS;
   if (!Number.isInteger(startupTimeoutMs) || startupTimeoutMs < 1000 || startupTimeoutMs > 3_600_000) throw new Error(`--startup-timeout-ms ${startupTimeoutMs}: 1000..3600000`);
   const runDir = path.join(o.runRoot ?? SANDBOX_RUN_ROOT, id);
   // 198.19.N.0/24: the upper half of the benchmark range, N from the id, so
@@ -86,6 +122,7 @@ export function makePlan(o: PlanOptions = {}): SandboxPlan {
     connections,
     intervalMs,
     startupTimeoutMs,
+    deadlines: deadlinesFor(startupTimeoutMs),
     proxyUid: 1337,
   };
 }
@@ -139,7 +176,7 @@ export function conflist(plan: SandboxPlan): Record<string, unknown> {
         ipMasq: false,
         ipam: { type: 'host-local', dataDir: path.join(plan.runDir, 'ipam'), ranges: [[{ subnet: plan.subnet }]] },
       },
-      { type: 'meshcap-cni', agentSocket: plan.socket, agentTimeoutMs: 10_000 },
+      { type: 'meshcap-cni', agentSocket: plan.socket, agentTimeoutMs: plan.deadlines.cniAgent },
     ],
   };
 }

@@ -81,7 +81,7 @@ export class PodmanRuntime implements Runtime {
   }
 
   private podman(args: string[], signal?: AbortSignal) {
-    return abortable(execa('podman', [...this.base, ...args], { env: this.env, reject: false, timeout: 60_000 }), signal);
+    return abortable(execa('podman', [...this.base, ...args], { env: this.env, reject: false, timeout: this.plan.deadlines.podman }), signal);
   }
 
   async prepare(): Promise<void> {

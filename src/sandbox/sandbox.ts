@@ -197,12 +197,12 @@ async function runPhase(mode: Mode, plan: SandboxPlan, rt: Runtime, cleanup: Cle
   // Traffic: every client pod dials the server's ports, bounded, one connection at a time.
   const targets = plan.serverPorts.map((port) => `${server.ip}:${port}`).join(',');
   const clients = clientPods(plan).map((p) => {
-    const c = rt.run(pods.get(p.name)!, 'app', [process.execPath, WORKLOAD, 'client', '--targets', targets, '--count', String(plan.connections), '--interval-ms', String(plan.intervalMs)]);
+    const c = rt.run(pods.get(p.name)!, 'app', [process.execPath, WORKLOAD, 'client', '--targets', targets, '--count', String(plan.connections), '--interval-ms', String(plan.intervalMs), '--timeout-ms', String(plan.deadlines.connection)]);
     c.onLine((l) => onWorkloadLine(views.get(p.name)!, l));
     return c;
   });
   screen.log(`traffic: ${clients.length} pods × ${plan.connections} connections to ${targets}`);
-  const budgetMs = plan.connections * (plan.intervalMs + 3000) + 60_000;
+  const budgetMs = plan.connections * (plan.intervalMs + plan.deadlines.connection) + plan.startupTimeoutMs;
   const allDone = Promise.all(clients.map((c) => c.exited));
   let finished = false;
   void allDone.then(() => (finished = true));

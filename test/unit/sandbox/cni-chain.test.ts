@@ -31,7 +31,7 @@ plugin('pass', 'pass');
 plugin('broken', 'fail');
 
 const calls = () => readFileSync(log, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { name: string; env: Record<string, string>; conf: Record<string, unknown> });
-const rt = { containerId: 'c1', netns: '/var/run/netns/x', ifname: 'eth0', args: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p', paths: ['/nonexistent', dir] };
+const rt = { containerId: 'c1', netns: '/var/run/netns/x', ifname: 'eth0', args: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p', paths: ['/nonexistent', dir], timeoutMs: 30_000 };
 const list = (...types: string[]): ConfList => ({ cniVersion: '1.0.0', name: 'net', plugins: types.map((type) => ({ type, extra: type })) });
 
 describe('sandbox CNI chain runner', () => {

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { decideMeshed } from '../../../src/decision/meshed.js';
 import { parsePodManifests } from '../../../src/kube/pod-manifests.js';
-import { conflist, containersConf, makePlan, pinRootOf, podManifests, podsYaml, stateDirOf } from '../../../src/sandbox/plan.js';
+import { AGENT_TIMEOUT_MAX_MS } from '../../../src/cni/rules.js';
+import { conflist, containersConf, deadlinesFor, makePlan, pinRootOf, podManifests, podsYaml, stateDirOf } from '../../../src/sandbox/plan.js';
 
 const inBenchmarkRange = (cidr: string) => {
   const [a, b] = cidr.split('.').map(Number);
@@ -42,6 +43,17 @@ describe('sandbox plan', () => {
     expect(() => makePlan({ connections: 0 })).toThrow(/--connections/);
     expect(() => makePlan({ intervalMs: -1 })).toThrow(/--interval-ms/);
     expect(() => makePlan({ startupTimeoutMs: 10 })).toThrow(/--startup-timeout-ms/);
+  });
+
+  it('stretches the CNI, podman and connection deadlines with --startup-timeout-ms, never below the defaults', () => {
+    const base = { cniAgent: 10_000, cniPlugin: 30_000, podman: 60_000, connection: 3_000 };
+    expect(makePlan({ id: 'abcdef' }).deadlines).toEqual(base);
+    expect(deadlinesFor(5_000)).toEqual(base);
+    // the kernel matrix's TCG guests: startup 60 s x 10
+    const slow = makePlan({ id: 'abcdef', startupTimeoutMs: 600_000 });
+    expect(slow.deadlines).toEqual({ cniAgent: 100_000, cniPlugin: 300_000, podman: 600_000, connection: 30_000 });
+    expect((conflist(slow) as { plugins: Record<string, unknown>[] }).plugins[1]).toMatchObject({ type: 'meshcap-cni', agentTimeoutMs: 100_000 });
+    expect(deadlinesFor(3_600_000).cniAgent).toBe(AGENT_TIMEOUT_MAX_MS);
   });
 
   it('writes pods that Istio\'s meshed-pod test (the agent\'s own) decides as planned', () => {
