@@ -28,98 +28,11 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
  * a .rodata constant; their pinned instances keep working. */
 volatile __u64 mc_netns = 0;
 
-/* Any registered listener of the proxy: the kernel's reuseport selection
- * after bpf_sk_assign spreads connections over the socket's whole group. */
-MC_INLINE struct bpf_sock *mc_listener(struct mc_listen_key *k)
-{
-	struct bpf_sock *sk;
-
-#pragma unroll
-	for (int i = 0; i < MC_LISTEN_SLOTS; i++) {
-		k->slot = i;
-		sk = bpf_map_lookup_elem(&mc_listen, k);
-		if (sk)
-			return sk;
-	}
-	return NULL;
-}
+#define MC_INBOUND_NETNS() (mc_netns)
+#include "inbound-decide.h"
 
 SEC("sk_lookup")
 int mc_inbound(struct bpf_sk_lookup *ctx)
 {
-	__u8 local[16], remote[16];
-	struct mc_listen_key k = {};
-	struct bpf_sock *sk;
-	struct mc_pod *pod;
-	__u64 netns;
-	__u16 port;
-	long err;
-
-	if (ctx->protocol != IPPROTO_TCP)
-		return SK_PASS;
-	/* Read every address field up front: clang otherwise merges the v4 and
-	 * v6 paths into a modified ctx pointer, which the verifier refuses. */
-	__u32 l4 = ctx->local_ip4, r4 = ctx->remote_ip4;
-	__u32 l6[4] = { ctx->local_ip6[0], ctx->local_ip6[1], ctx->local_ip6[2], ctx->local_ip6[3] };
-	__u32 r6[4] = { ctx->remote_ip6[0], ctx->remote_ip6[1], ctx->remote_ip6[2], ctx->remote_ip6[3] };
-	bool v4 = ctx->family == AF_INET;
-
-	/* Keep them loads from the ctx as written: with the checks below ahead
-	 * of the pod lookup, clang otherwise sinks them into the branches and
-	 * merges them again (the .rodata-cookie build of this file did). */
-	barrier_var(l4);
-	barrier_var(r4);
-	for (int i = 0; i < 4; i++) {
-		barrier_var(l6[i]);
-		barrier_var(r6[i]);
-	}
-	if (v4) {
-		mc_v4mapped(local, l4);
-		mc_v4mapped(remote, r4);
-	} else {
-		__builtin_memcpy(local, l6, 16);
-		__builtin_memcpy(remote, r6, 16);
-	}
-	/* NAT in PREROUTING never re-decides the pod's own connections: leave
-	 * loopback and the proxy's passthrough source (127.0.0.6 is loopback;
-	 * ::6 for IPv6) alone. Asked before the pod's entry: every connection
-	 * from the app to its proxy is one of these (issue 19: per-connection
-	 * cost). */
-	if (mc_is_loopback(local) || mc_is_loopback(remote) || mc_is_passthrough6(remote))
-		return SK_PASS;
-	netns = mc_netns;
-	pod = mc_pod_of(netns);
-	if (!pod || !(pod->flags & MC_F_IN_CAPTURE))
-		return SK_PASS;
-	if (!v4 && !(pod->flags & MC_F_IPV6))
-		return SK_PASS;
-	/* and the pod's own addresses */
-	if (mc_is_pod_addr(pod, remote))
-		return SK_PASS;
-	port = (__u16)ctx->local_port;
-	if (port == pod->tunnel_port || port == pod->inbound_port)
-		return SK_PASS;
-	if (mc_port_in(pod, netns, port, MC_PORT_IN_EXCLUDE))
-		return SK_PASS;
-	if (!(pod->flags & MC_F_IN_ALL) && !mc_port_in(pod, netns, port, MC_PORT_IN_INCLUDE))
-		return SK_PASS;
-
-	k.netns = netns;
-	k.port = pod->inbound_port;
-	k.family = ctx->family == AF_INET ? 4 : 6;
-	sk = mc_listener(&k);
-	if (!sk && ctx->family == AF_INET) {
-		k.family = 6; /* a dual-stack [::] listener takes v4 too */
-		sk = mc_listener(&k);
-	}
-	/* Captured but no proxy listening: refuse rather than bypass the proxy,
-	 * as a REDIRECT to a closed port would. */
-	if (!sk)
-		return SK_DROP;
-	err = bpf_sk_assign(ctx, sk, 0);
-	bpf_sk_release(sk);
-	if (err)
-		return SK_DROP;
-	MC_STAT_INC(netns, inbound);
-	return SK_PASS;
+	return mc_inbound_decide(ctx);
 }

@@ -16,6 +16,7 @@ import type { OptionalFeature } from './features.js';
 import { probeOptionalFeatures } from './probe.js';
 import { DEFAULT_MAP_SIZES, SIZED_MAPS, type MapSizes, type MapSizeState } from './map-sizes.js';
 import { pinnedMaxEntries } from './pinned-map-sizes.js';
+import { loadInboundShared, type InboundSharedState } from './inbound-shared.js';
 
 export interface LinkState {
   name: string;
@@ -41,6 +42,8 @@ export interface LoadResult {
   orderWarnings: string[];
   /** The LRU maps' sizes: asked for, and what they are (a pinned map keeps its own). */
   mapSizes: MapSizeState[];
+  /** The shared inbound program in slot 0 of mc_inbound_tail (inbound-shared.ts); null when this kernel refused it (pods then get a whole mc_inbound each, listed in unavailable). */
+  inbound: InboundSharedState | null;
 }
 
 /** A pin under our root that is not what meshcap would have put there. */
@@ -179,6 +182,13 @@ export async function loadDatapath(opts: { pinRoot: string; objectDir?: string; 
       obj.close();
     }
   }
+  // After the node objects (the maps are pinned), before any pod's stub needs it.
+  let inbound: InboundSharedState | null = null;
+  try {
+    inbound = await loadInboundShared(opts.pinRoot, mapSizes, opts.objectDir);
+  } catch (e) {
+    unavailable.push({ file: 'inbound-shared.bpf.o', reason: `${(e as Error).message} (each meshed pod gets its own whole inbound program instead)` });
+  }
   const removedLegacy = removeLegacyPins(opts.pinRoot);
   const ours = new Set(links.map((l) => l.progId));
   let orderWarnings: string[];
@@ -188,7 +198,7 @@ export async function loadDatapath(opts: { pinRoot: string; objectDir?: string; 
     // The datapath is loaded and works; only the order check could not run.
     orderWarnings = [`could not check which programs run before meshcap's on connect4/6 at ${cgroup}: ${(e as Error).message}`];
   }
-  return { pinRoot: opts.pinRoot, cgroup, links, removedLegacy, optional, unavailable, orderWarnings, mapSizes };
+  return { pinRoot: opts.pinRoot, cgroup, links, removedLegacy, optional, unavailable, orderWarnings, mapSizes, inbound };
 }
 
 export interface UninstallResult {
@@ -247,8 +257,9 @@ export function uninstallDatapath(pinRoot: string): UninstallResult {
   // Links before maps: no program may run against a half-removed map set.
   sweep(L.links, 0);
   sweep(L.pods, 1);
+  sweep(L.progs, 0);
   sweep(L.maps, 0);
-  for (const d of [L.links, L.pods, L.maps]) tryRmdir(d, res);
+  for (const d of [L.links, L.pods, L.progs, L.maps]) tryRmdir(d, res);
   for (const e of readdirSync(L.root)) {
     const p = path.join(L.root, e);
     if (!res.leftBehind.includes(p)) res.leftBehind.push(p);

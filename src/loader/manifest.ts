@@ -74,6 +74,20 @@ export const LEGACY_MAPS = ['mc_splice', 'mc_splice_ref', 'mc_settings'] as cons
 export const POD_INBOUND_OBJECT = 'inbound.bpf.o';
 export const POD_INBOUND_PROGRAM = 'mc_inbound';
 
+/**
+ * Inbound since issue 19: each datapath load verifies mc_inbound_main once and
+ * puts it in slot 0 of the pinned prog array mc_inbound_tail; each pod gets a
+ * stub (a few instructions: names its pod, tail-calls the slot). The program
+ * is pinned at <pin root>/progs/mc_inbound_main. POD_INBOUND_OBJECT is what a
+ * pod gets when this kernel refused the shared program (and what older
+ * meshcap versions pinned per pod).
+ */
+export const INBOUND_SHARED_OBJECT = 'inbound-shared.bpf.o';
+export const INBOUND_SHARED_PROGRAM = 'mc_inbound_main';
+export const INBOUND_STUB_OBJECT = 'inbound-stub.bpf.o';
+export const INBOUND_STUB_PROGRAM = 'mc_inbound_pod';
+export const INBOUND_TAIL_MAP = 'mc_inbound_tail';
+
 export const objectPath = (file: string, dir = bpfObjectDir) => path.join(dir, file);
 
 /** Layout under the pin root. */
@@ -82,7 +96,9 @@ export const pinLayout = (root: string) => ({
   maps: path.join(root, 'maps'),
   links: path.join(root, 'links'),
   pods: path.join(root, 'pods'),
+  progs: path.join(root, 'progs'),
   link: (name: string) => path.join(root, 'links', name),
+  prog: (name: string) => path.join(root, 'progs', name),
   podDir: (netns: bigint) => path.join(root, 'pods', netns.toString()),
   podInbound: (netns: bigint) => path.join(root, 'pods', netns.toString(), 'inbound'),
 });

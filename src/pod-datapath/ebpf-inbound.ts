@@ -1,8 +1,9 @@
-// Per-pod inbound capture: one sk_lookup program instance per meshed pod (it
-// reads the pod's netns cookie from its own .bss: sk_lookup cannot ask for
-// it), attached to the pod's netns through a pinned bpf_link at
-// <pin root>/pods/<cookie>/inbound. The instance comes loaded from the
-// agent's pool (inbound-pool.ts) when one is ready.
+// Per-pod inbound capture: one sk_lookup program per meshed pod (it reads the
+// pod's netns cookie from its own .bss: sk_lookup cannot ask for it), attached
+// to the pod's netns through a pinned bpf_link at
+// <pin root>/pods/<cookie>/inbound. Since issue 19 it is a stub that
+// tail-calls the node's shared program (src/loader/inbound-shared.ts). It
+// comes loaded from the agent's pool (inbound-pool.ts) when one is ready.
 import { existsSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import * as bpf from '../native/addon.js';
 import { ForeignPinError } from '../loader/datapath.js';
@@ -18,8 +19,9 @@ export interface InboundLink {
 
 /**
  * Attach (or adopt) the pod's inbound program. Idempotent for the same netns.
- * A link pinned by an older meshcap (cookie as a .rodata constant) is adopted
- * the same way: what it runs is the same program.
+ * A link pinned by an older meshcap (a whole mc_inbound per pod, cookie in
+ * .bss or as a .rodata constant) is adopted the same way: it decides as the
+ * shared program does, from the same pinned maps.
  */
 export async function attachPodInbound(pinRoot: string, netns: bigint, netnsPath: string, pool?: InboundPool): Promise<InboundLink> {
   const L = pinLayout(pinRoot);

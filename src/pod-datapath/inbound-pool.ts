@@ -1,10 +1,14 @@
-// Pod inbound programs loaded ahead of the pods that will use them. Loading
-// bpf/inbound.bpf.c (libbpf open, BTF, the verifier) is ~1 ms of CPU, the
-// largest part of a meshed CNI ADD; everything else an ADD does to capture
-// inbound (write the cookie, link, pin) is ~0.05 ms. So the agent keeps a few
-// loaded instances whose netns cookie is not written yet and loads the next
-// ones in the background, one at a time, after an ADD took one. An ADD that
-// finds the pool empty loads its own, as before.
+// Pod inbound programs loaded ahead of the pods that will use them. A pod's
+// program is a stub (bpf/inbound-stub.bpf.c: names its pod, tail-calls the
+// node's shared mc_inbound_main, see src/loader/inbound-shared.ts): ~0.4 ms of
+// CPU to load (libbpf open, BTF, a .bss map, two pinned maps reused; the
+// verifier's part is near nothing), against ~1.6 ms for a whole
+// bpf/inbound.bpf.c, which a pod gets only where the kernel refused the shared
+// program. Either way the load is the largest part of a meshed CNI ADD;
+// everything else an ADD does to capture inbound (write the cookie, link, pin)
+// is ~0.05 ms. So the agent keeps a few loaded instances whose netns cookie is
+// not written yet and loads the next ones in the background, one at a time,
+// after an ADD took one. An ADD that finds the pool empty loads its own.
 //
 // An instance in the pool is attached nowhere and pinned nowhere: it lives on
 // the agent's fds only, so closing the pool (agent stop) or the agent dying
@@ -12,50 +16,73 @@
 // pool belongs to one EbpfBackend (one set of pinned maps) and is closed with
 // it when a self-check reloads the datapath.
 import * as bpf from '../native/addon.js';
-import { POD_INBOUND_OBJECT, POD_INBOUND_PROGRAM, objectPath } from '../loader/manifest.js';
+import path from 'node:path';
+import { INBOUND_STUB_OBJECT, INBOUND_STUB_PROGRAM, INBOUND_TAIL_MAP, POD_INBOUND_OBJECT, POD_INBOUND_PROGRAM, objectPath } from '../loader/manifest.js';
+import { inboundSharedReady } from '../loader/inbound-shared.js';
 import type { SizedMap } from '../loader/map-sizes.js';
 import { adoptPinnedSizes, pinnedSizes } from '../loader/pinned-map-sizes.js';
 import { MAP } from '../maps/layout.js';
 
-/** The variable in inbound.bpf.c's .bss that holds the pod's netns cookie. */
+/** The variable in the .bss of inbound-stub.bpf.c (and inbound.bpf.c) that holds the pod's netns cookie. */
 const NETNS_VAR = 'mc_netns';
 
 /** A loaded, unattached inbound program and the map holding its netns cookie. */
 export interface InboundInstance {
+  /** stub: tail-calls the shared program; whole: bpf/inbound.bpf.c (the kernel refused the shared one). */
+  kind: 'stub' | 'whole';
   obj: bpf.BpfObject;
   progFd: number;
   /** The object's .bss (one array element: mc_netns). */
   netnsMapFd: number;
-  /** Kernel id of the mc_pods map this instance reads. */
-  podsMapId: number;
+  /** Kernel id of the map this instance depends on: mc_inbound_tail (stub) or mc_pods (whole). */
+  mapId: number;
 }
 
 /**
  * Loads one instance against the maps pinned in mapsDir (not attached, cookie
- * 0). `sizes`: the pins' sizes read once by the caller (the pool: pins keep
- * their size for as long as the pods map is the same one, which the pool
- * checks); without, they are read from the pins.
+ * 0): a stub when the shared program is in place (pinned beside mapsDir), else
+ * a whole program. `sizes`: the pins' LRU sizes read once by the caller (a
+ * whole program carries those maps; a stub none); without, read from the pins.
  */
 export async function loadInboundInstance(mapsDir: string, sizes?: ReadonlyMap<SizedMap, number>): Promise<InboundInstance> {
-  const obj = bpf.openObject(objectPath(POD_INBOUND_OBJECT), { mapPinDir: mapsDir });
+  const kind = inboundSharedReady(path.dirname(mapsDir)) ? 'stub' : 'whole';
+  const file = kind === 'stub' ? INBOUND_STUB_OBJECT : POD_INBOUND_OBJECT;
+  const progName = kind === 'stub' ? INBOUND_STUB_PROGRAM : POD_INBOUND_PROGRAM;
+  const mapName = kind === 'stub' ? INBOUND_TAIL_MAP : MAP.pods;
+  const obj = bpf.openObject(objectPath(file), { mapPinDir: mapsDir });
   try {
-    // The object carries every map; the LRU maps' sizes are the node's (chosen at load).
-    adoptPinnedSizes(obj, sizes ?? mapsDir);
+    // A whole program carries every map; the LRU maps' sizes are the node's (chosen at load).
+    if (kind === 'whole') adoptPinnedSizes(obj, sizes ?? mapsDir);
     await obj.load();
-    const prog = obj.programs().find((p) => p.name === POD_INBOUND_PROGRAM);
-    if (!prog) throw new Error(`${POD_INBOUND_OBJECT} has no program ${POD_INBOUND_PROGRAM}: rebuild (npm run setup)`);
+    const prog = obj.programs().find((p) => p.name === progName);
+    if (!prog) throw new Error(`${file} has no program ${progName}: rebuild (npm run setup)`);
     const maps = obj.maps();
     // libbpf names it "<object prefix>.bss"; mc_netns is its only variable.
     const bss = maps.find((m) => m.name.endsWith('.bss'));
     if (!bss || bss.valueSize !== 8) {
-      throw new Error(`${POD_INBOUND_OBJECT} has no 8-byte .bss holding ${NETNS_VAR} (an object from an older build?): rebuild (npm run setup)`);
+      throw new Error(`${file} has no 8-byte .bss holding ${NETNS_VAR} (an object from an older build?): rebuild (npm run setup)`);
     }
-    const pods = maps.find((m) => m.name === MAP.pods);
-    if (!pods) throw new Error(`${POD_INBOUND_OBJECT} does not use ${MAP.pods}: rebuild (npm run setup)`);
-    return { obj, progFd: prog.fd, netnsMapFd: bss.fd, podsMapId: bpf.mapInfo(pods.fd).id };
+    const dep = maps.find((m) => m.name === mapName);
+    if (!dep) throw new Error(`${file} does not use ${mapName}: rebuild (npm run setup)`);
+    return { kind, obj, progFd: prog.fd, netnsMapFd: bss.fd, mapId: bpf.mapInfo(dep.fd).id };
   } catch (e) {
     obj.close();
     throw e;
+  }
+}
+
+/** Kernel id of the map pinned at mapsDir/name; null when none. */
+function pinnedMapId(mapsDir: string, name: string): number | null {
+  let fd: number;
+  try {
+    fd = bpf.objGet(path.join(mapsDir, name));
+  } catch {
+    return null;
+  }
+  try {
+    return bpf.mapInfo(fd).id;
+  } finally {
+    bpf.closeFd(fd);
   }
 }
 
@@ -149,7 +176,10 @@ export class InboundPool {
         this.o.onError?.(e as Error);
         return;
       }
-      if (this.closed || inst.podsMapId !== this.o.podsMapId) {
+      // A whole program must read the owner's mc_pods; a stub must use the
+      // prog array pinned now (one whose pin is gone was emptied by the kernel).
+      const current = inst.kind === 'whole' ? this.o.podsMapId : pinnedMapId(this.o.mapsDir, INBOUND_TAIL_MAP);
+      if (this.closed || inst.mapId !== current) {
         // Closed meanwhile, or the maps were replaced under the pins: the
         // owner is about to be replaced too.
         if (!this.closed) this.counts.discarded++;

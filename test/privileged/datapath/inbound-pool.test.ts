@@ -145,7 +145,7 @@ describeEbpf('pod inbound program pool', () => {
     const srcPath = path.join(tmp, 'inbound-rodata.bpf.c');
     const objPath = path.join(tmp, 'inbound-rodata.bpf.o');
     writeFileSync(srcPath, old);
-    await execa('clang', ['-target', 'bpf', '-O2', '-g', '-Wall', '-Werror', '-D__TARGET_ARCH_x86', '-I', path.join(projectRoot, 'bpf/include'),
+    await execa('clang', ['-target', 'bpf', '-O2', '-g', '-Wall', '-Werror', '-D__TARGET_ARCH_x86', '-I', path.join(projectRoot, 'bpf/include'), '-I', path.join(projectRoot, 'bpf'),
       '-I', path.join(projectRoot, 'build/bpf'), '-idirafter', '/usr/include/x86_64-linux-gnu', '-c', srcPath, '-o', objPath]);
 
     const pod = pods[2]!;

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * A meshed pod's inbound program: attached to the pod's netns (sk_lookup),
+ * it only names its pod and tail-calls the node's shared mc_inbound_main
+ * (inbound-shared.bpf.c), which decides exactly as mc_inbound
+ * (inbound.bpf.c) does. sk_lookup cannot call bpf_get_netns_cookie, so each
+ * pod still needs a program of its own; this one is a few instructions, so
+ * the verifier's work per pod is near nothing (docs/datapath.md).
+ */
+#define BPF_NO_PRESERVE_ACCESS_INDEX
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "inbound-tail.h"
+
+#define AF_INET 2 /* not in vmlinux.h (a macro) */
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* The pod's netns cookie, written by the agent (this object's .bss) before it
+ * links the stub into the pod's netns; 0 (never a cookie) until then. */
+volatile __u64 mc_netns = 0;
+
+SEC("sk_lookup")
+int mc_inbound_pod(struct bpf_sk_lookup *ctx)
+{
+	struct mc_inbound_arg *a;
+	__u32 zero = 0;
+
+	if (ctx->protocol != IPPROTO_TCP)
+		return SK_PASS;
+	a = bpf_map_lookup_elem(&mc_inbound_arg, &zero);
+	if (!a)
+		return SK_DROP; /* cannot happen: key 0 of a 1-entry array */
+	a->netns = mc_netns;
+	bpf_tail_call(ctx, &mc_inbound_tail, MC_INBOUND_SLOT);
+
+	/* Slot 0 empty: which ports are captured is unknown here. The pod's own
+	 * traffic (loopback: the app to its proxy, the proxy's 127.0.0.6 / ::6
+	 * passthrough to the app) is never captured, so it passes; anything else
+	 * is refused, as a REDIRECT to a proxy that is not there would be: a
+	 * captured connection must never reach the app around its proxy. */
+	a->tail_failed++;
+	if (ctx->family == AF_INET) {
+		__u32 l = ctx->local_ip4, r = ctx->remote_ip4;
+		/* network order: the first octet is the low byte */
+		if ((l & 0xff) == 127 || (r & 0xff) == 127)
+			return SK_PASS;
+	} else {
+		__u32 l3 = ctx->local_ip6[3], r3 = ctx->remote_ip6[3];
+		__u32 l = ctx->local_ip6[0] | ctx->local_ip6[1] | ctx->local_ip6[2];
+		__u32 r = ctx->remote_ip6[0] | ctx->remote_ip6[1] | ctx->remote_ip6[2];
+		if ((l == 0 && l3 == bpf_htonl(1)) || (r == 0 && (r3 == bpf_htonl(1) || r3 == bpf_htonl(6))))
+			return SK_PASS;
+	}
+	return SK_DROP;
+}

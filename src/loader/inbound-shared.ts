@@ -1,0 +1,84 @@
+// The node's one inbound program (bpf/inbound-shared.bpf.c): verified once per
+// datapath load, put in slot 0 of the pinned prog array mc_inbound_tail that
+// every pod's stub (bpf/inbound-stub.bpf.c) tail-calls, and pinned at
+// <pin root>/progs/mc_inbound_main so a later load can tell whether the slot
+// already holds this build. A newer build replaces the slot's program with one
+// map update (the kernel swaps the pointer): a SYN sees the old program or the
+// new one, never an empty slot.
+import { existsSync, mkdirSync, unlinkSync } from 'node:fs';
+import * as bpf from '../native/addon.js';
+import { INBOUND_SHARED_OBJECT, INBOUND_SHARED_PROGRAM, INBOUND_TAIL_MAP, objectPath, pinLayout } from './manifest.js';
+import type { MapSizeState } from './map-sizes.js';
+
+export interface InboundSharedState {
+  pin: string;
+  progId: number;
+  progTag: string;
+  /** created: the slot was empty; replaced: another program was in it; adopted: this build already was. */
+  action: 'created' | 'adopted' | 'replaced';
+}
+
+const KEY0 = Buffer.alloc(4);
+
+function u32(n: number): Buffer {
+  const b = Buffer.alloc(4);
+  b.writeUInt32LE(n);
+  return b;
+}
+
+/** The id of the program in slot 0 of the prog array (a lookup from user space answers the id); null when empty. */
+export function tailSlotProgId(tailFd: number): number | null {
+  const v = bpf.mapLookup(tailFd, KEY0, 4);
+  return v ? v.readUInt32LE(0) : null;
+}
+
+/** Id and tag of the pinned shared program; null when none is pinned. */
+function pinnedShared(pin: string): { id: number; tag: string } | null {
+  if (!existsSync(pin)) return null;
+  const fd = bpf.objGet(pin);
+  try {
+    const i = bpf.progInfo(fd);
+    return { id: i.id, tag: i.tag };
+  } finally {
+    bpf.closeFd(fd);
+  }
+}
+
+/**
+ * Loads bpf/inbound-shared.bpf.o against the maps pinned under pinRoot (sizes:
+ * the LRU maps' sizes this load settled on), fills slot 0 of mc_inbound_tail
+ * unless it holds this build already, and pins the program.
+ */
+export async function loadInboundShared(pinRoot: string, sizes: MapSizeState[], objectDir?: string): Promise<InboundSharedState> {
+  const L = pinLayout(pinRoot);
+  const obj = bpf.openObject(objectPath(INBOUND_SHARED_OBJECT, objectDir), { mapPinDir: L.maps });
+  try {
+    const inObject = new Set(obj.maps().map((m) => m.name));
+    for (const s of sizes) if (inObject.has(s.name)) obj.setMaxEntries(s.name, s.maxEntries);
+    await obj.load();
+    const prog = obj.programs().find((p) => p.name === INBOUND_SHARED_PROGRAM);
+    const tail = obj.maps().find((m) => m.name === INBOUND_TAIL_MAP);
+    if (!prog || !tail) throw new Error(`${INBOUND_SHARED_OBJECT} has no program ${INBOUND_SHARED_PROGRAM} or map ${INBOUND_TAIL_MAP}: the build is out of date (npm run setup)`);
+    const info = bpf.progInfo(prog.fd);
+    const pin = L.prog(INBOUND_SHARED_PROGRAM);
+    const inSlot = tailSlotProgId(tail.fd);
+    const pinned = pinnedShared(pin);
+    if (inSlot !== null && pinned && pinned.id === inSlot && pinned.tag === info.tag) {
+      return { pin, progId: pinned.id, progTag: pinned.tag, action: 'adopted' };
+    }
+    // The slot first: from here on every stub runs the new program. The pin
+    // only records which one that is.
+    bpf.mapUpdate(tail.fd, KEY0, u32(prog.fd));
+    mkdirSync(L.progs, { recursive: true });
+    if (existsSync(pin)) unlinkSync(pin);
+    bpf.objPin(prog.fd, pin);
+    return { pin, progId: info.id, progTag: info.tag, action: inSlot === null ? 'created' : 'replaced' };
+  } finally {
+    obj.close();
+  }
+}
+
+/** True when pods get stubs: the shared program is pinned and in its slot (else each pod gets a whole mc_inbound). */
+export function inboundSharedReady(pinRoot: string): boolean {
+  return existsSync(pinLayout(pinRoot).prog(INBOUND_SHARED_PROGRAM));
+}
