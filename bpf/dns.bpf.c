@@ -25,7 +25,7 @@ MC_INLINE struct mc_pod *mc_dns_pod(struct bpf_sock_addr *ctx, __u64 *netns, con
 	ug = bpf_get_current_uid_gid();
 	if ((__u32)ug == pod->proxy_uid || (__u32)(ug >> 32) == pod->proxy_gid)
 		return NULL;
-	if (mc_port_in(pod, *netns, DNS_PORT, MC_PORT_OUT_EXCLUDE))
+	if (!(pod->flags & MC_F_NO_OUT_XPORTS) && mc_port_in(pod, *netns, DNS_PORT, MC_PORT_OUT_EXCLUDE))
 		return NULL;
 	if (!(pod->flags & MC_F_DNS_ALL) && !mc_cidr_match(*netns, dst, MC_CIDR_DNS4))
 		return NULL;

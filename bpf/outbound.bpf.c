@@ -49,7 +49,7 @@ MC_INLINE enum mc_verdict mc_decide(__u64 netns, const struct mc_pod *pod, const
 	if (!v4 && !(pod->flags & MC_F_IPV6))
 		return MC_PASS;
 	/* -p tcp/udp --dport <excludeOutboundPorts> -j RETURN */
-	if (mc_port_in(pod, netns, dport, MC_PORT_OUT_EXCLUDE))
+	if (!(pod->flags & MC_F_NO_OUT_XPORTS) && mc_port_in(pod, netns, dport, MC_PORT_OUT_EXCLUDE))
 		return MC_PASS;
 	/* -o lo -s 127.0.0.6/32 -j RETURN */
 	if (local && mc_is_passthrough_src(src))
@@ -86,10 +86,10 @@ MC_INLINE enum mc_verdict mc_decide(__u64 netns, const struct mc_pod *pod, const
 	if (mc_is_host_loopback(dst))
 		return MC_PASS;
 	/* -d <excludeOutboundIPRanges> -j RETURN (before any include) */
-	if (mc_cidr_match(netns, dst, MC_CIDR_OUT_EXCLUDE4))
+	if (!(pod->flags & MC_F_NO_OUT_XCIDRS) && mc_cidr_match(netns, dst, MC_CIDR_OUT_EXCLUDE4))
 		return MC_PASS;
 	/* -p tcp --dport <includeOutboundPorts> -j ISTIO_REDIRECT */
-	if (mc_port_in(pod, netns, dport, MC_PORT_OUT_INCLUDE))
+	if (!(pod->flags & MC_F_NO_OUT_IPORTS) && mc_port_in(pod, netns, dport, MC_PORT_OUT_INCLUDE))
 		return MC_TO_OUTBOUND;
 	/* -j ISTIO_REDIRECT ('*') or -d <includeOutboundIPRanges> -j ISTIO_REDIRECT */
 	if (pod->flags & (v4 ? MC_F_OUT_ALL4 : MC_F_OUT_ALL6))

@@ -38,6 +38,13 @@
 #define MC_F_TPROXY (1u << 6)     /* interceptionMode TPROXY */
 #define MC_F_IPV6 (1u << 7)       /* capture IPv6 too (istio EnableIPv6) */
 #define MC_F_PORT_RANGES (1u << 8) /* some of its port lists are in mc_portranges */
+/* The pod has no entries of a kind (Istio's default pod has none of these):
+ * connect4/6 skip those lookups. Set only when there are none, so an entry
+ * written without them (an agent of the version before) still gets every
+ * lookup. */
+#define MC_F_NO_OUT_XPORTS (1u << 9)  /* no excludeOutboundPorts (mc_ports, mc_portranges) */
+#define MC_F_NO_OUT_IPORTS (1u << 10) /* no includeOutboundPorts */
+#define MC_F_NO_OUT_XCIDRS (1u << 11) /* no excludeOutboundIPRanges (mc_cidrs, v4 and v6) */
 
 struct mc_pod {
 	__u16 outbound_port; /* 15001 */

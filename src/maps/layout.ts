@@ -15,6 +15,9 @@ export const PodFlag = {
   TPROXY: 1 << 6,
   IPV6: 1 << 7,
   PORT_RANGES: 1 << 8,
+  NO_OUT_XPORTS: 1 << 9,
+  NO_OUT_IPORTS: 1 << 10,
+  NO_OUT_XCIDRS: 1 << 11,
 } as const;
 
 export const CidrKind = { OUT_EXCLUDE4: 1, OUT_INCLUDE4: 2, OUT_EXCLUDE6: 3, OUT_INCLUDE6: 4, DNS4: 5, DNS6: 6 } as const;

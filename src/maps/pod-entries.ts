@@ -117,6 +117,11 @@ function templateOf(cfg: CaptureConfig): ConfigTemplate {
   else portSet(p.inboundIncludePorts, PortKind.IN_INCLUDE);
   // The programs look at mc_portranges only for pods that have some.
   if (ranges.length) flags |= PodFlag.PORT_RANGES;
+  // connect4/6 skip the lookups of a kind the pod has no entries of (set
+  // only for none, so an entry without these flags still gets every lookup).
+  if (!p.outboundExcludePorts.length) flags |= PodFlag.NO_OUT_XPORTS;
+  if (!p.outboundIncludePorts.length) flags |= PodFlag.NO_OUT_IPORTS;
+  if (!p.outboundExcludeCidrs.v4.length && !p.outboundExcludeCidrs.v6.length) flags |= PodFlag.NO_OUT_XCIDRS;
 
   const cidrs: MapEntry[] = [];
   const cidr = (c: Cidr, kind4: number) => {

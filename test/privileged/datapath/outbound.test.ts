@@ -10,7 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { netnsCookie } from '../../../src/pod-netns.js';
 import * as bpf from '../../../src/native/addon.js';
-import { mcOrig } from '../../../src/maps/layout.js';
+import { mcOrig, mcPod, PodFlag, type McPod } from '../../../src/maps/layout.js';
 import { Lab, scaled, type NsAgent } from '../../helpers/lab.js';
 import { istioCapture } from '../../helpers/pods.js';
 import { describeModes, makeDriver, type Driver } from '../../helpers/datapaths.js';
@@ -173,6 +173,55 @@ const acceptedFor = (p: typeof proxy1, orig: string) => p.accepts().filter((a) =
     expect(proxy1.accepts().slice(m).map((a) => a.orig)).toEqual(['198.18.1.2:5555']);
     // back to the defaults for the tests after this one
     await dp.register(pod1.path, istioCapture({ ips: POD_IPS }), POD_IPS);
+  });
+
+  it('skips the lookups of a kind only for a pod that has none of it (mc_pods NO_OUT_* flags); an entry without the flags still gets every lookup', async () => {
+    const NO_ALL = PodFlag.NO_OUT_XPORTS | PodFlag.NO_OUT_IPORTS | PodFlag.NO_OUT_XCIDRS;
+    const key = Buffer.alloc(8);
+    if (dp.ebpf) key.writeBigUInt64LE(await netnsCookie(pod1.path));
+    // pod1's mc_pods entry, read (and rewritten) straight in the kernel's map
+    const podEntry = (rewrite?: (v: McPod) => McPod): McPod => {
+      const fd = bpf.objGet(`${dp.ebpf!.pinRoot}/maps/mc_pods`);
+      try {
+        const v = mcPod.decode(bpf.mapLookup(fd, key, mcPod.size)!);
+        if (rewrite) bpf.mapUpdate(fd, key, mcPod.encode(rewrite(v)));
+        return v;
+      } finally {
+        bpf.closeFd(fd);
+      }
+    };
+    // '*' with an excluded range and no port lists: the two port lookups are
+    // skipped, the CIDR lookup still runs.
+    const cfg = istioCapture({
+      ips: POD_IPS,
+      annotations: { 'traffic.sidecar.istio.io/excludeOutboundIPRanges': '198.18.1.4/32', 'traffic.sidecar.istio.io/excludeOutboundPorts': '' },
+    });
+    await dp.register(pod1.path, cfg, POD_IPS);
+    expect(await dp.check(pod1.path, cfg, POD_IPS)).toEqual([]);
+    if (dp.ebpf) expect(podEntry().flags & NO_ALL).toBe(PodFlag.NO_OUT_XPORTS | PodFlag.NO_OUT_IPORTS);
+    const n = proxy1.accepts().length;
+    expect((await app1.connect('198.18.1.4', 80, 'ex')).data).toBe('198.18.1.4:80|ex');
+    expect((await app1.connect('198.18.1.2', 5555, 'p')).data).toBe('198.18.1.2:5555|p');
+    expect((await app1.connect('198.18.1.2', 80, 'q')).data).toBe('198.18.1.2:80|q');
+    expect(proxy1.accepts().slice(n).map((a) => a.orig)).toEqual(['198.18.1.2:5555', '198.18.1.2:80']);
+
+    // pod1's own settings (5555 excluded), its entry as an agent of the
+    // version before wrote it: no NO_OUT_* flags, so every lookup runs.
+    const own = istioCapture({ ips: POD_IPS, annotations: { 'traffic.sidecar.istio.io/excludeOutboundPorts': '5555' } });
+    await dp.register(pod1.path, own, POD_IPS);
+    if (dp.ebpf) {
+      const written = podEntry((v) => ({ ...v, flags: v.flags & ~NO_ALL }));
+      expect(written.flags & NO_ALL).toBe(PodFlag.NO_OUT_IPORTS | PodFlag.NO_OUT_XCIDRS);
+      expect(podEntry().flags & NO_ALL).toBe(0);
+    }
+    const m = proxy1.accepts().length;
+    expect((await app1.connect('198.18.1.2', 5555, 'old-ex')).data).toBe('198.18.1.2:5555|old-ex');
+    expect((await app1.connect('198.18.1.4', 80, 'old-in')).data).toBe('198.18.1.4:80|old-in');
+    expect(proxy1.accepts().slice(m).map((a) => a.orig)).toEqual(['198.18.1.4:80']);
+    // the agent's check finds the entry differs, and writing it again repairs it
+    if (dp.ebpf) expect((await dp.check(pod1.path, own, POD_IPS)).join('\n')).toMatch(/mc_pods entry .* differs/);
+    await dp.register(pod1.path, own, POD_IPS);
+    expect(await dp.check(pod1.path, own, POD_IPS)).toEqual([]);
   });
 
   it('captures DNS over UDP to the proxy and answers from the resolver the app asked', async () => {

@@ -13,7 +13,8 @@ describe('pod -> map entries', () => {
     const e = podEntries(NS, istioCapture({ ips: ['198.18.0.5'], ipv6: false }), ['198.18.0.5']);
     const pod = mcPod.decode(e.pod.value);
     expect(pod).toMatchObject({ outbound_port: 15001, inbound_port: 15006, tunnel_port: 15008, dns_port: 15053, proxy_uid: 1337, proxy_gid: 1337, n_addr4: 1, n_addr6: 0 });
-    expect(pod.flags).toBe(PodFlag.OUT_ALL4 | PodFlag.OUT_ALL6 | PodFlag.IN_CAPTURE | PodFlag.IN_ALL);
+    // 15020 excluded outbound: only the include-port and exclude-CIDR lookups are skipped
+    expect(pod.flags).toBe(PodFlag.OUT_ALL4 | PodFlag.OUT_ALL6 | PodFlag.IN_CAPTURE | PodFlag.IN_ALL | PodFlag.NO_OUT_IPORTS | PodFlag.NO_OUT_XCIDRS);
     expect([...pod.addr4.subarray(0, 4)]).toEqual([198, 18, 0, 5]);
     expect(ports(e)).toEqual([`${PortKind.OUT_EXCLUDE}:15020`, `${PortKind.IN_EXCLUDE}:15020`, `${PortKind.IN_EXCLUDE}:15021`, `${PortKind.IN_EXCLUDE}:15090`].sort());
     expect(e.cidrs).toEqual([]);
@@ -52,6 +53,19 @@ describe('pod -> map entries', () => {
     expect(flags & PodFlag.IN_CAPTURE).toBeTruthy();
     expect(flags & PodFlag.IN_ALL).toBe(0);
     expect(ports(e).filter((p) => p.startsWith(`${PortKind.IN_INCLUDE}:`))).toEqual([`${PortKind.IN_INCLUDE}:8080`, `${PortKind.IN_INCLUDE}:9090`]);
+  });
+
+  it('flags each outbound list the pod has nothing in (NO_OUT_*: connect4/6 skip that lookup), and only those', () => {
+    const NO_ALL = PodFlag.NO_OUT_XPORTS | PodFlag.NO_OUT_IPORTS | PodFlag.NO_OUT_XCIDRS;
+    const flags = (annotations: Record<string, string>) => mcPod.decode(podEntries(NS, istioCapture({ ipv6: true, annotations }), []).pod.value).flags & NO_ALL;
+    expect(flags({ 'traffic.sidecar.istio.io/excludeOutboundPorts': '' })).toBe(NO_ALL);
+    expect(flags({})).toBe(PodFlag.NO_OUT_IPORTS | PodFlag.NO_OUT_XCIDRS); // 15020
+    expect(flags({ 'traffic.sidecar.istio.io/excludeOutboundPorts': '', 'traffic.sidecar.istio.io/includeOutboundPorts': '443' })).toBe(PodFlag.NO_OUT_XPORTS | PodFlag.NO_OUT_XCIDRS);
+    expect(flags({ 'traffic.sidecar.istio.io/excludeOutboundPorts': '', 'traffic.sidecar.istio.io/excludeOutboundIPRanges': '2001:db8::/32' })).toBe(PodFlag.NO_OUT_XPORTS | PodFlag.NO_OUT_IPORTS);
+    expect(flags({ 'traffic.sidecar.istio.io/excludeOutboundPorts': '', 'traffic.sidecar.istio.io/excludeOutboundIPRanges': '10.1.0.0/16' })).toBe(PodFlag.NO_OUT_XPORTS | PodFlag.NO_OUT_IPORTS);
+    // a range alone (no single port) is still an exclusion
+    const wide = Array.from({ length: 100 }, (_, i) => String(20000 + i)).join(',');
+    expect(flags({ 'traffic.sidecar.istio.io/excludeOutboundPorts': wide })).toBe(PodFlag.NO_OUT_IPORTS | PodFlag.NO_OUT_XCIDRS);
   });
 
   it('DNS capture sets its flags', () => {
