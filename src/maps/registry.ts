@@ -141,9 +141,23 @@ export class PodMaps {
       throw new Error(`the eBPF datapath under ${this.mapsDir} predates port ranges (no ${MAP.portranges}): load this version's datapath (meshcap load, or restart the agent) before capturing a pod with long port lists`);
     }
     const index = this.podIndex();
+    // The keys the pod has now, by map (a first ADD: none, so no key sets to build).
+    const before = new Map<MapName, PackedKeys>();
+    for (const m of this.swept) {
+      const packed = index.get(m)!.get(netns);
+      if (packed) before.set(m, packed);
+    }
     // Keys this call inserts (not there before): undone if a map is full.
-    const had = new Set<string>();
-    for (const m of this.swept) for (const k of this.indexed(m, netns)) had.add(`${m}:${k.toString('hex')}`);
+    let had: Set<string> | undefined;
+    const isNew = (x: MapEntry): boolean => {
+      if (before.size === 0) return true;
+      if (!had) {
+        had = new Set();
+        for (const [m, packed] of before) for (const k of unpackKeys(packed, this.keySizes.get(m)!)) had.add(`${m}:${k.toString('latin1')}`);
+      }
+      return !had.has(`${x.map}:${x.key.toString('latin1')}`);
+    };
+    const keyed = keyedEntries(e);
     const inserted: MapEntry[] = [];
     const put = (x: MapEntry, flags = 0) => {
       try {
@@ -152,13 +166,25 @@ export class PodMaps {
         const code = (err as { code?: string }).code ?? '';
         if (!FULL.has(code)) throw err;
         for (const y of inserted.reverse()) bpf.mapDelete(this.fd(y.map), y.key);
-        const needed = [...keyedEntries(e), e.stats, e.pod].filter((y) => y.map === x.map && !had.has(`${y.map}:${y.key.toString('hex')}`)).length;
+        const needed = [...keyed, e.stats, e.pod].filter((y) => y.map === x.map && isNew(y)).length;
         throw new MapFullError(x.map, bpf.mapInfo(this.fd(x.map)).maxEntries, needed, code);
       }
     };
-    for (const x of keyedEntries(e)) {
-      put(x);
-      if (!had.has(`${x.map}:${x.key.toString('hex')}`)) inserted.push(x);
+    // Each map's keyed entries in one native call (one fd check for all of
+    // them); where the kernel refuses one, put() repeats it alone and reports.
+    for (const m of this.swept) {
+      const list = keyed.filter((x) => x.map === m);
+      for (let done = 0; done < list.length;) {
+        const rest = done === 0 ? list : list.slice(done);
+        const n = bpf.mapUpdateEach(this.fd(m), rest.map((x) => x.key), rest.map((x) => x.value));
+        for (const x of rest.slice(0, n)) if (isNew(x)) inserted.push(x);
+        done += n;
+        if (done < list.length) {
+          const x = list[done++]!;
+          put(x);
+          if (isNew(x)) inserted.push(x);
+        }
+      }
     }
     // Counters survive a repeated ADD: only create them.
     try {
@@ -169,12 +195,11 @@ export class PodMaps {
     }
     put(e.pod);
     // Drop entries of an earlier config of the same pod.
-    const want = new Set(keyedEntries(e).map((x) => `${x.map}:${x.key.toString('hex')}`));
+    const want = before.size === 0 ? undefined : new Set(keyed.map((x) => `${x.map}:${x.key.toString('latin1')}`));
     for (const m of this.swept) {
-      for (const key of this.indexed(m, netns)) {
-        if (!want.has(`${m}:${key.toString('hex')}`)) bpf.mapDelete(this.fd(m), key);
-      }
-      const keys = keyedEntries(e).filter((x) => x.map === m).map((x) => x.key);
+      const stale = want ? unpackKeys(before.get(m), this.keySizes.get(m)!).filter((key) => !want.has(`${m}:${key.toString('latin1')}`)) : [];
+      this.deleteKeys(m, stale);
+      const keys = keyed.filter((x) => x.map === m).map((x) => x.key);
       if (keys.length) index.get(m)!.set(netns, packKeys(keys));
       else index.get(m)!.delete(netns);
     }
@@ -187,11 +212,22 @@ export class PodMaps {
     if (bpf.mapDelete(this.fd(MAP.pods), u64Key(netns))) n++;
     const index = this.podIndex();
     for (const m of this.swept) {
-      for (const key of this.indexed(m, netns)) if (bpf.mapDelete(this.fd(m), key)) n++;
+      n += this.deleteKeys(m, this.indexed(m, netns));
       index.get(m)!.delete(netns);
     }
     if (bpf.mapDelete(this.fd(MAP.stats), u64Key(netns))) n++;
     return n;
+  }
+
+  /**
+   * Deletes the keys present in map m; returns how many were. Several in one
+   * native call (one fd check; one BPF_MAP_DELETE_BATCH where the map type
+   * has it, which LPM tries do not: there it tries once, then one by one).
+   */
+  private deleteKeys(m: MapName, keys: Buffer[]): number {
+    if (keys.length === 0) return 0;
+    if (keys.length === 1) return bpf.mapDelete(this.fd(m), keys[0]!) ? 1 : 0;
+    return bpf.mapDeleteBatch(this.fd(m), keys);
   }
 
   private podIndex(): Map<MapName, Map<bigint, PackedKeys>> {

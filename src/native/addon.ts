@@ -169,6 +169,7 @@ interface Binding {
   mapEntries(fd: number, opts?: MapEntriesOptions): MapEntries;
   mapUpdateBatch(fd: number, keys: Buffer[], values: Buffer[]): void;
   mapDeleteBatch(fd: number, keys: Buffer[]): number;
+  mapUpdateEach(fd: number, keys: Buffer[], values: Buffer[], flags?: number): number;
   probeProgType(progType: number): boolean;
   probeMapType(mapType: number): boolean;
   probeHelper(progType: number, helperId: number): boolean;
@@ -305,6 +306,14 @@ export function mapUpdateBatch(fd: number, keys: Buffer[], values: Buffer[]): vo
 /** Deletes every present key; returns how many were present. */
 export function mapDeleteBatch(fd: number, keys: Buffer[]): number {
   return native.mapDeleteBatch(fd, keys);
+}
+/**
+ * Writes the entries in order, one update each (any map type), after one size
+ * check for all; stops at the first the kernel refuses and returns how many
+ * were written before it (keys.length: all). mapUpdate of that entry names the error.
+ */
+export function mapUpdateEach(fd: number, keys: Buffer[], values: Buffer[], flags?: number): number {
+  return flags === undefined ? native.mapUpdateEach(fd, keys, values) : native.mapUpdateEach(fd, keys, values, flags);
 }
 export function probeProgType(progType: number): boolean {
   return native.probeProgType(progType);

@@ -87,6 +87,26 @@ describe('hash map', () => {
     bpf.mapUpdateBatch(hashFd, [], []);
   });
 
+  it('mapUpdateEach writes in order and stops at the first entry the kernel refuses, returning how many it wrote', () => {
+    clear(hashFd, 4);
+    expect(bpf.mapUpdateEach(hashFd, [u32(1), u32(2), u32(3)], [u64(1), u64(2), u64(3)])).toBe(3);
+    expect(bpf.mapLookup(hashFd, u32(3), 8)).toEqual(u64(3));
+    // BPF_NOEXIST: 4 goes in, 2 exists (EEXIST), so 5 after it is not tried
+    expect(bpf.mapUpdateEach(hashFd, [u32(4), u32(2), u32(5)], [u64(4), u64(20), u64(5)], bpf.consts.BPF_NOEXIST)).toBe(1);
+    expect(bpf.mapLookup(hashFd, u32(4), 8)).toEqual(u64(4));
+    expect(bpf.mapLookup(hashFd, u32(2), 8)).toEqual(u64(2));
+    expect(bpf.mapLookup(hashFd, u32(5), 8)).toBeNull();
+    expect(bpf.mapUpdateEach(hashFd, [], [])).toBe(0);
+    expect(() => bpf.mapUpdateEach(hashFd, [u32(1)], [u64(1), u64(2)])).toThrow(/1 keys but 2 values/);
+    expect(() => bpf.mapUpdateEach(hashFd, [u32(1), u32(2)], [u64(1), Buffer.alloc(4)])).toThrow(/values\[1\] is 4 bytes/);
+    expect(() => bpf.mapUpdateEach(progFd, [u32(1)], [u64(1)])).toThrow(/is not a bpf-map \(it is anon_inode:bpf-prog\)/);
+    // an LPM trie (no batch ops) takes the same call
+    clear(lpmFd, 8);
+    expect(bpf.mapUpdateEach(lpmFd, [lpmKey(8, '198.0.0.0'), lpmKey(24, '198.18.7.0')], [u32(8), u32(24)])).toBe(2);
+    expect(bpf.mapLookup(lpmFd, lpmKey(32, '198.18.7.9'), 4)).toEqual(u32(24));
+    clear(lpmFd, 8);
+  });
+
   it('mapEntries: every entry by batch lookup, in chunks, and by the key walk, alike', () => {
     clear(hashFd, 4);
     expect(bpf.mapEntries(hashFd)).toMatchObject({ count: 0, keySize: 4, valueSize: 8, batched: true });

@@ -32,6 +32,7 @@ describe('argument validation', () => {
     ['mapUpdate', [5, 'key', Buffer.alloc(8)], /mapUpdate: fd 5 is not a bpf-map|mapUpdate: key must be a Buffer/],
     ['mapKeys', [5], /fd 5 is not a bpf-map|keySize must be a number/],
     ['mapUpdateBatch', [5, 'x', []], /fd 5 is not a bpf-map|keys must be an array of Buffers/],
+    ['mapUpdateEach', [5, 'x', []], /fd 5 is not a bpf-map|keys must be an array of Buffers/],
     ['linkCreateCgroup', [3, 42, 10], /linkCreateCgroup: cgroupPath must be a string/],
     ['linkCreateCgroup', [3, '', 10], /cgroupPath must not be empty/],
     ['linkCreateCgroup', [3, '/sys/fs/cgroup\0x', 10], /must not contain NUL bytes/],
