@@ -6,7 +6,7 @@
 // describes kernel state (pins, maps, netns rules) that a reboot erases too,
 // so it only has to survive the process, and the page cache does that; fsync
 // cost ~0.8 ms per ADD on disk for nothing (the default dir is tmpfs anyway).
-import { chmodSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { MeshProfile } from '../mesh/vocabulary.js';
 import type { Mode } from '../loader/mode.js';
@@ -195,7 +195,13 @@ export class StateStore {
   }
 
   async remove(containerId: string, ifname: string): Promise<void> {
-    rmSync(this.fileOf(containerId, ifname), { force: true });
+    // unlink, not rmSync({force}): Node 20's rmSync is a JS walk (an lstat,
+    // then the unlink), a syscall and JS per DEL for a path that is a file.
+    try {
+      unlinkSync(this.fileOf(containerId, ifname));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
     this.index.delete(attachmentKey(containerId, ifname));
   }
 }
