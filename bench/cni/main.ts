@@ -77,8 +77,10 @@ const stopOnSignals = cleanupOnSignals(() => lab.close(), (msg) => process.stder
 // Socket, state records, pods file and the agent's log on tmpfs, where the
 // agent has them in production (/var/run/meshcap): a new file on this disk's
 // ext4 costs ~0.17 ms to create, on tmpfs ~0.02 ms, and every meshed ADD
-// writes a state record.
-const tmp = mkdtempSync(path.join(isTmpfs('/run') ? '/run' : os.tmpdir(), 'meshcap-bench-'));
+// writes a state record. Where /run is no tmpfs (this machine: the root
+// ext4), /dev/shm, which is one on every Linux with glibc's shm_open.
+const tmpBase = ['/run', '/dev/shm'].find(isTmpfs) ?? os.tmpdir();
+const tmp = mkdtempSync(path.join(tmpBase, 'meshcap-bench-'));
 lab.add(`temp dir ${tmp}`, () => rmSync(tmp, { recursive: true, force: true }));
 // Undone in reverse: the agent stops before its pins are uninstalled.
 let pinRoot: string | undefined;
@@ -453,9 +455,10 @@ try {
   const e16 = results.find((r) => r.mode === 'ebpf' && !r.op && !r.parent && r.pod === 'meshed' && r.concurrency > 1);
   console.log(`load average before the run: ${loadBefore.map((x) => x.toFixed(2)).join(' ')}`);
   console.log(`load average after the run: ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+  console.log(`agent socket, state records and log under ${tmpBase}${tmpBase === os.tmpdir() ? ' (no tmpfs found: state records cost more than in production)' : ' (tmpfs)'}`);
   if (e) console.log(`\nissue 19 target, eBPF meshed ADD sequential p50 <= 2.5 ms: ${e.p50 <= 2.5 ? 'met' : 'MISSED'} (${e.p50.toFixed(2)}); p99 <= 8 ms: ${e.p99 <= 8 ? 'met' : 'MISSED'} (${e.p99.toFixed(2)})`);
   if (e16) console.log(`issue 19 target, eBPF meshed ADD ${e16.concurrency} at once >= 514 ADD/s: ${e16.perSec >= 514 ? 'met' : 'MISSED'} (${e16.perSec.toFixed(0)})`);
-  const data = { pods: N, concurrency: CONC, kernel: os.release(), loadBefore, loadAfter: os.loadavg(), startedAt, results };
+  const data = { pods: N, concurrency: CONC, kernel: os.release(), loadBefore, loadAfter: os.loadavg(), startedAt, stateDirBase: tmpBase, results };
   if (opt.json) writeFileSync(opt.json, JSON.stringify(data, (k, v: unknown) => (k === 'samples' ? JSON.stringify(v) : v), 2).replace(/"samples": "(\[[^"]*\])"/g, '"samples": $1'));
   if (opt.plot) plotCni(data, opt.plot);
 } catch (e) {
