@@ -138,13 +138,18 @@ int mc_getsockopt(struct bpf_sockopt *ctx)
 		return mc_pass(ctx);
 	if (!sk)
 		return mc_pass(ctx);
-	netns = bpf_get_netns_cookie(ctx);
-	pod = mc_pod_of(netns);
-	if (!pod)
-		return mc_pass(ctx);
 
+	/* A socket sockops gave an original destination keeps it for its whole
+	 * life, as conntrack keeps answering for a connection after the rules
+	 * are gone: answered without the pod's entry (its netns is in it). */
 	o = bpf_sk_storage_get(&mc_skorig, sk, 0, 0);
-	if (!o) {
+	if (o) {
+		netns = o->netns;
+	} else {
+		netns = bpf_get_netns_cookie(ctx);
+		pod = mc_pod_of(netns);
+		if (!pod)
+			return mc_pass(ctx);
 		/* Connections steered by sk_lookup keep their original destination
 		 * as the local address (no rewriting), which is what conntrack
 		 * answers for them; only the proxy gets that answer, and only for

@@ -56,6 +56,56 @@ MC_INLINE void mc_tuple_reverse(const struct mc_tuple *in, struct mc_tuple *out)
 	out->pad = 0;
 }
 
+/*
+ * Is the address (this socket's remote, or local) on loopback? Every
+ * redirected connection is: connect4/6 (and those of the version before)
+ * send it to 127.0.0.0/8, ::ffff:127.0.0.0/104 or ::1. So the two callbacks
+ * below return at once for the node's other connections, without a map
+ * lookup or a socket cookie.
+ */
+MC_INLINE bool mc_loopback4(__u32 a)
+{
+	return (a & bpf_htonl(0xff000000)) == bpf_htonl(0x7f000000);
+}
+
+MC_INLINE bool mc_remote_loopback(struct bpf_sock_ops *s)
+{
+	__u32 w0, w1, w2, w3;
+
+	if (s->family == AF_INET) {
+		w3 = s->remote_ip4;
+		barrier_var(w3);
+		return mc_loopback4(w3);
+	}
+	w0 = s->remote_ip6[0];
+	w1 = s->remote_ip6[1];
+	w2 = s->remote_ip6[2];
+	w3 = s->remote_ip6[3];
+	barrier_var(w3);
+	if (w0 != 0 || w1 != 0)
+		return false;
+	return w2 == bpf_htonl(0x0000ffff) ? mc_loopback4(w3) : w2 == 0 && w3 == bpf_htonl(1);
+}
+
+MC_INLINE bool mc_local_loopback(struct bpf_sock_ops *s)
+{
+	__u32 w0, w1, w2, w3;
+
+	if (s->family == AF_INET) {
+		w3 = s->local_ip4;
+		barrier_var(w3);
+		return mc_loopback4(w3);
+	}
+	w0 = s->local_ip6[0];
+	w1 = s->local_ip6[1];
+	w2 = s->local_ip6[2];
+	w3 = s->local_ip6[3];
+	barrier_var(w3);
+	if (w0 != 0 || w1 != 0)
+		return false;
+	return w2 == bpf_htonl(0x0000ffff) ? mc_loopback4(w3) : w2 == 0 && w3 == bpf_htonl(1);
+}
+
 MC_INLINE void mc_on_connect(struct bpf_sock_ops *s)
 {
 	struct bpf_sock *sk = s->sk;
@@ -63,7 +113,7 @@ MC_INLINE void mc_on_connect(struct bpf_sock_ops *s)
 	struct mc_orig *o;
 	__u64 cookie;
 
-	if (!sk)
+	if (!sk || !mc_remote_loopback(s))
 		return;
 	/* connect4/6 left the original destination in the socket's storage
 	 * (it stays there for the app's getpeername). */
@@ -88,17 +138,17 @@ MC_INLINE void mc_on_connect(struct bpf_sock_ops *s)
 
 MC_INLINE void mc_on_passive(struct bpf_sock_ops *s)
 {
-	__u64 netns = bpf_get_netns_cookie(s);
 	struct mc_tuple mine = {}, app = {};
 	struct bpf_sock *sk = s->sk;
-	struct mc_pod *pod;
 	struct mc_orig *o;
+	__u64 netns;
 
-	if (!sk)
+	/* Only connections to a loopback address can have been redirected. No
+	 * mc_pods lookup: an entry in mc_origdst is the answer (the app's
+	 * connect4/6 found the pod), and its key holds the netns. */
+	if (!sk || !mc_local_loopback(s))
 		return;
-	pod = mc_pod_of(netns);
-	if (!pod)
-		return;
+	netns = bpf_get_netns_cookie(s);
 	mc_tuple_of(s, netns, &mine);
 	mc_tuple_reverse(&mine, &app);
 	o = bpf_map_lookup_elem(&mc_origdst, &app);

@@ -10,7 +10,9 @@
 //    net.ipv6.flowlabel_reflect=1), sin6_scope_id 0 for a global address.
 //    eBPF mode always answered flowinfo 0 before.
 //  - the app's getpeername() of that socket: (address, port, flowinfo, scope id).
-import { existsSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { probeOptionalFeatures } from '../../../src/loader/probe.js';
@@ -96,5 +98,31 @@ describeModes('SO_ORIGINAL_DST answers as conntrack gives them, %s mode', (mode)
     expect(accepted, proxy.stderr()).toHaveLength(1);
     expect(accepted[0]).toEqual({ event: 'accept', errno: 0, hex: sockaddrIn6(SRV6, 80, flow, 0) });
     expect(peer).toEqual([SRV6, 80, LABEL, 0]);
+  });
+
+  it('answers a SO_ORIGINAL_DST asked late, after the pod was unregistered, as conntrack keeps answering for a connection it saw', async () => {
+    // its own pod: the proxy above still holds [::]:15001
+    const late = await lab.netns('odlate');
+    const lsrv = await lab.netns('odlatesrv');
+    await lab.link(late.name, lsrv.name, { a4: ['198.18.37.1/24'], b4: ['198.18.37.2/24'] });
+    await dp.register(late.path, istioCapture({ ips: ['198.18.37.1'], ipv6: false }), ['198.18.37.1']);
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'meshcap-odlate-'));
+    chmodSync(dir, 0o755);
+    const go = path.join(dir, 'ask');
+    try {
+      const proxy = lab.spawn(late.name, ['/usr/bin/python3', SCRIPT, 'late', go], { uid: 1337, until: /"ready"/ });
+      await proxy.ready;
+      const app = lab.spawn(late.name, ['/usr/bin/python3', SCRIPT, 'hold', '198.18.37.2', '8443'], { until: /"connected"/ });
+      await app.ready;
+      for (let i = 0; i < scaled(50) && !proxy.lines.some((l) => l.includes('"accept"')); i++) await new Promise((r) => setTimeout(r, 100));
+      await dp.unregister(late.path);
+      writeFileSync(go, '');
+      for (let i = 0; i < scaled(50) && !proxy.lines.some((l) => l.includes('"late"')); i++) await new Promise((r) => setTimeout(r, 100));
+      const answer = proxy.lines.filter((l) => l.includes('"late"')).map((l) => JSON.parse(l) as unknown);
+      // struct sockaddr_in: AF_INET, port 8443, 198.18.37.2, zeros
+      expect(answer, proxy.stderr()).toEqual([{ event: 'late', errno: 0, hex: '0200' + (8443).toString(16).padStart(4, '0') + 'c6122502' + '00'.repeat(8) }]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

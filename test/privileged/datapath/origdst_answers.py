@@ -6,6 +6,10 @@
                                         line with the raw IP6T_SO_ORIGINAL_DST answer
   origdst_answers.py app HOST PORT LABEL  lease flow label LABEL, send it, connect, print
                                         getpeername(); exit when the proxy closes
+  origdst_answers.py late FILE          listen 0.0.0.0:15001, accept one connection, ask
+                                        SO_ORIGINAL_DST only once FILE exists, print it
+  origdst_answers.py hold HOST PORT     connect (IPv4), print "connected", exit when the
+                                        proxy closes
 """
 import errno, json, socket, struct, sys
 
@@ -68,10 +72,38 @@ def app(host, port, label):
     s.close()
 
 
+def late(path):
+    import os, time
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind(("0.0.0.0", 15001)); srv.listen(4)
+    print(json.dumps({"event": "ready"}), flush=True)
+    c, peer = srv.accept()
+    print(json.dumps({"event": "accept"}), flush=True)
+    for _ in range(600):  # bounded: 60 s
+        if os.path.exists(path):
+            break
+        time.sleep(0.1)
+    print(json.dumps({"event": "late", **ask(c, socket.SOL_IP, 16)}), flush=True)
+    c.close()
+
+
+def hold(host, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(60)
+    s.connect((host, port))
+    print(json.dumps({"event": "connected"}), flush=True)
+    s.recv(1)
+    s.close()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "errors":
         errors(int(sys.argv[2]))
     elif sys.argv[1] == "proxy":
         proxy()
+    elif sys.argv[1] == "late":
+        late(sys.argv[2])
+    elif sys.argv[1] == "hold":
+        hold(sys.argv[2], int(sys.argv[3]))
     else:
         app(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
