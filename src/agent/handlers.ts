@@ -16,7 +16,7 @@ import type { Mode } from '../loader/mode.js';
 import { CaptureConfigError } from '../redirect/config.js';
 import { MapFullError } from '../maps/map-full.js';
 import { KeyedLock } from './keyed-lock.js';
-import { configOf, cookieOf, settingsOf, STATE_VERSION, type AttachmentRecord, type StateStore } from './state-store.js';
+import { configOf, cookieOf, settingsOf, sharedConfig, STATE_VERSION, type AttachmentRecord, type StateStore } from './state-store.js';
 
 /** meshcap's own codes (the spec leaves 100+ to plugins). */
 export const AGENT_ERROR_CODES = {
@@ -124,6 +124,7 @@ export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { remove
       throw new CniError(code, `pod ${pod} is meshed but its capture config is invalid: ${causeOf(err)}`);
     }
     if (decision.kind === 'skip') return { decision: `not meshed: ${decision.reason}` };
+    const config = sharedConfig(decision.config);
     if (decision.fallbackReason) log.warn({ pod, reason: decision.fallbackReason }, 'pod uses iptables mode on an eBPF node');
 
     await lock.run(req.containerId, async () => {
@@ -133,7 +134,7 @@ export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { remove
       if (isHostNetns(req.netns)) {
         throw new CniError(CNI_ERROR_CODES.INVALID_ENV, `pod ${pod}: CNI_NETNS ${req.netns} is the host's own network namespace; meshcap never captures the host (a hostNetwork pod is not meshed)`);
       }
-      const target: PodTarget = { mode: decision.mode, netns: req.netns, config: decision.config, podIPs: decision.podIPs };
+      const target: PodTarget = { mode: decision.mode, netns: req.netns, config, podIPs: decision.podIPs };
       let cookie: bigint | null;
       try {
         cookie = await d.datapath.register(req.netnsCookie !== undefined ? { ...target, netnsCookie: req.netnsCookie } : target);
@@ -156,7 +157,7 @@ export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { remove
         mode: decision.mode,
         ...(decision.fallbackReason ? { modeReason: decision.fallbackReason } : {}),
         profile: decision.profile,
-        settings: settingsOf(decision.config),
+        settings: settingsOf(config),
         podIPs: decision.podIPs,
         createdAt: prev?.createdAt ?? new Date().toISOString(),
       };

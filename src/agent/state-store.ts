@@ -75,6 +75,23 @@ export function configOf(rec: AttachmentRecord): CaptureConfig {
 }
 
 /**
+ * The CaptureConfig configOf keeps for cfg's settings (cfg itself, kept, when
+ * there is none yet): an ADD's freshly decided config swapped for the shared
+ * one, so what is derived per config object (the map entry templates of
+ * src/maps/pod-entries.ts, ~20 us per pod to build) is built once per
+ * workload, not per pod. cfg must be a strict build of its settings (as
+ * decideAdd's are), which is what configOf would build from them.
+ */
+export function sharedConfig(cfg: CaptureConfig): CaptureConfig {
+  const key = JSON.stringify(settingsOf(cfg));
+  const known = configs.get(key);
+  if (known) return known;
+  if (configs.size >= CONFIGS_KEPT) configs.clear();
+  configs.set(key, cfg);
+  return cfg;
+}
+
+/**
  * One frozen settings object per distinct settings, shared by every record
  * that has them: a node's pods carry a few (one per workload), and 10,000
  * records each holding its own copy were most of the state index's heap.

@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { configOf, cookieOf, readRecords, settingsOf, StateStore, STATE_VERSION, type AttachmentRecord } from '../../../src/agent/state-store.js';
+import { configOf, cookieOf, readRecords, settingsOf, sharedConfig, StateStore, STATE_VERSION, type AttachmentRecord } from '../../../src/agent/state-store.js';
 import { istioCapture } from '../../helpers/pods.js';
 
 let dir: string;
@@ -75,6 +75,22 @@ describe('StateStore', () => {
     // a record rewritten from the shared settings is the same bytes
     await again.put(r1);
     expect(readFileSync(s.fileOf('c1', 'eth0'), 'utf8')).toBe(bytes);
+  });
+
+  it('sharedConfig gives one config object per distinct settings, the one configOf gives for records with them', () => {
+    const ann = { 'traffic.sidecar.istio.io/excludeOutboundPorts': '7171' };
+    const first = istioCapture({ annotations: ann });
+    const again = istioCapture({ annotations: ann });
+    expect(again).not.toBe(first);
+    const shared = sharedConfig(first);
+    expect(sharedConfig(again)).toBe(shared);
+    expect(shared).toEqual(again);
+    expect(configOf(rec('c9', { settings: settingsOf(again) }))).toBe(shared);
+    // other settings: another object, built from them
+    const other = sharedConfig(istioCapture({ annotations: { 'traffic.sidecar.istio.io/excludeOutboundPorts': '7172' } }));
+    expect(other).not.toBe(shared);
+    expect(other.parsed.outboundExcludePorts).toContain(7172);
+    expect(other.parsed.outboundExcludePorts).not.toContain(7171);
   });
 
   it('removes records, also ones that are already gone', async () => {
