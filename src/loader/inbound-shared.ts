@@ -5,8 +5,11 @@
 // already holds this build. A newer build replaces the slot's program with one
 // map update (the kernel swaps the pointer): a SYN sees the old program or the
 // new one, never an empty slot.
-import { existsSync, mkdirSync, unlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
+import path from 'node:path';
 import * as bpf from '../native/addon.js';
+import { loadInboundInstance, setInstanceNetns } from '../pod-datapath/inbound-pool.js';
+import { readFdinfo } from './fdinfo.js';
 import { INBOUND_SHARED_OBJECT, INBOUND_SHARED_PROGRAM, INBOUND_TAIL_MAP, objectPath, pinLayout } from './manifest.js';
 import type { MapSizeState } from './map-sizes.js';
 
@@ -16,6 +19,8 @@ export interface InboundSharedState {
   progTag: string;
   /** created: the slot was empty; replaced: another program was in it; adopted: this build already was. */
   action: 'created' | 'adopted' | 'replaced';
+  /** Pods whose stub was moved onto a new prog array (the old one's pin was gone: see relinkStubs). */
+  relinked: number;
 }
 
 const KEY0 = Buffer.alloc(4);
@@ -51,6 +56,8 @@ function pinnedShared(pin: string): { id: number; tag: string } | null {
  */
 export async function loadInboundShared(pinRoot: string, sizes: MapSizeState[], objectDir?: string): Promise<InboundSharedState> {
   const L = pinLayout(pinRoot);
+  // No pinned prog array: this load makes one (first load, upgrade, or its pin was removed).
+  const freshTail = !existsSync(path.join(L.maps, INBOUND_TAIL_MAP));
   const obj = bpf.openObject(objectPath(INBOUND_SHARED_OBJECT, objectDir), { mapPinDir: L.maps });
   try {
     const inObject = new Set(obj.maps().map((m) => m.name));
@@ -64,7 +71,7 @@ export async function loadInboundShared(pinRoot: string, sizes: MapSizeState[], 
     const inSlot = tailSlotProgId(tail.fd);
     const pinned = pinnedShared(pin);
     if (inSlot !== null && pinned && pinned.id === inSlot && pinned.tag === info.tag) {
-      return { pin, progId: pinned.id, progTag: pinned.tag, action: 'adopted' };
+      return { pin, progId: pinned.id, progTag: pinned.tag, action: 'adopted', relinked: 0 };
     }
     // The slot first: from here on every stub runs the new program. The pin
     // only records which one that is.
@@ -72,13 +79,48 @@ export async function loadInboundShared(pinRoot: string, sizes: MapSizeState[], 
     mkdirSync(L.progs, { recursive: true });
     if (existsSync(pin)) unlinkSync(pin);
     bpf.objPin(prog.fd, pin);
-    return { pin, progId: info.id, progTag: info.tag, action: inSlot === null ? 'created' : 'replaced' };
+    const relinked = freshTail ? await relinkStubs(pinRoot) : 0;
+    return { pin, progId: info.id, progTag: info.tag, action: inSlot === null ? 'created' : 'replaced', relinked };
   } finally {
     obj.close();
   }
 }
 
-/** True when pods get stubs: the shared program is pinned and in its slot (else each pod gets a whole mc_inbound). */
-export function inboundSharedReady(pinRoot: string): boolean {
-  return existsSync(pinLayout(pinRoot).prog(INBOUND_SHARED_PROGRAM));
+/**
+ * Stubs linked before this load's new prog array tail-call the old one, which
+ * the kernel emptied when its pin went (they refuse captured connections
+ * then): give each such pod a new stub, in place (bpf_link_update: the link
+ * never runs without a program). A stub is known by its tag (the same for
+ * every stub of a build: map references do not count); whole programs
+ * (older meshcap, or a kernel without the shared one) need no slot and stay.
+ */
+async function relinkStubs(pinRoot: string): Promise<number> {
+  const L = pinLayout(pinRoot);
+  const cookies = existsSync(L.pods) ? readdirSync(L.pods).filter((d) => /^\d+$/.test(d) && existsSync(L.podInbound(BigInt(d)))) : [];
+  if (cookies.length === 0) return 0;
+  let stub = await loadInboundInstance(L.maps);
+  const stubTag = bpf.progInfo(stub.progFd).tag;
+  let relinked = 0;
+  try {
+    for (const c of cookies) {
+      const fd = bpf.objGet(L.podInbound(BigInt(c)));
+      try {
+        if (readFdinfo(fd).prog_tag !== stubTag) continue;
+        setInstanceNetns(stub, BigInt(c));
+        try {
+          bpf.linkUpdate(fd, stub.progFd);
+        } catch {
+          continue; // a link whose netns is gone (ENOLINK) has nothing to capture
+        }
+        relinked++;
+        stub.obj.close(); // the link holds the program now
+        stub = await loadInboundInstance(L.maps);
+      } finally {
+        bpf.closeFd(fd);
+      }
+    }
+  } finally {
+    stub.obj.close();
+  }
+  return relinked;
 }

@@ -17,8 +17,8 @@
 // it when a self-check reloads the datapath.
 import * as bpf from '../native/addon.js';
 import path from 'node:path';
-import { INBOUND_STUB_OBJECT, INBOUND_STUB_PROGRAM, INBOUND_TAIL_MAP, POD_INBOUND_OBJECT, POD_INBOUND_PROGRAM, objectPath } from '../loader/manifest.js';
-import { inboundSharedReady } from '../loader/inbound-shared.js';
+import { existsSync } from 'node:fs';
+import { INBOUND_SHARED_PROGRAM, INBOUND_STUB_OBJECT, INBOUND_STUB_PROGRAM, INBOUND_TAIL_MAP, POD_INBOUND_OBJECT, POD_INBOUND_PROGRAM, objectPath, pinLayout } from '../loader/manifest.js';
 import type { SizedMap } from '../loader/map-sizes.js';
 import { adoptPinnedSizes, pinnedSizes } from '../loader/pinned-map-sizes.js';
 import { MAP } from '../maps/layout.js';
@@ -36,6 +36,11 @@ export interface InboundInstance {
   netnsMapFd: number;
   /** Kernel id of the map this instance depends on: mc_inbound_tail (stub) or mc_pods (whole). */
   mapId: number;
+}
+
+/** True when pods get stubs: the shared program is pinned (src/loader/inbound-shared.ts put it in its slot first); else each pod gets a whole mc_inbound. */
+export function inboundSharedReady(pinRoot: string): boolean {
+  return existsSync(pinLayout(pinRoot).prog(INBOUND_SHARED_PROGRAM));
 }
 
 /**

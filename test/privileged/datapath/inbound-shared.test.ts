@@ -200,6 +200,34 @@ describeEbpf('shared inbound program and per-pod stubs', () => {
     expect(inbound(0).at(-1)).toBe(`${pods[0]!.ip}:8080`);
   }, scaled(60_000));
 
+  it('the prog array\'s pin removed by hand: its stubs refuse, and the next load moves every stub onto the new array in place', async () => {
+    unlinkSync(path.join(L.maps, INBOUND_TAIL_MAP));
+    // the kernel empties a prog array (deferred work) once no pin or fd holds it
+    let refused = false;
+    for (let k = 0; k < 50 && !refused; k++) {
+      refused = await client.connect(pods[0]!.ip, 8080, 'orphan').then(() => false, () => true);
+      if (!refused) await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(refused, 'a stub on the emptied array still let a captured connection through').toBe(true);
+    const links = [0, 1, 2].map((i) => withPin(L.podInbound(pods[i]!.cookie!), (fd) => bpf.linkInfo(fd)));
+    const back = await loadDatapath({ pinRoot });
+    expect(back.inbound?.action).toBe('created');
+    expect(back.inbound?.relinked, 'the two stubs (not the whole program of pod 2)').toBe(2);
+    const after = [0, 1, 2].map((i) => withPin(L.podInbound(pods[i]!.cookie!), (fd) => bpf.linkInfo(fd)));
+    expect(after.map((l) => l.id)).toEqual(links.map((l) => l.id)); // same links, updated in place
+    expect(after[0]!.progId).not.toBe(links[0]!.progId);
+    expect(after[2]!.progId).toBe(links[2]!.progId);
+    const n = inbound(0).length;
+    expect((await client.connect(pods[0]!.ip, 8080, 'moved')).data).toBe(`${pods[0]!.ip}:8080|moved`);
+    expect((await client.connect(pods[1]!.ip, 8081, 'moved')).data).toBe(`${pods[1]!.ip}:8081|moved`);
+    expect((await client.connect(pods[2]!.ip, 8080, 'moved')).data).toBe(`${pods[2]!.ip}:8080|moved`);
+    await settled(() => inbound(0).length > n && inbound(1).at(-1) !== undefined);
+    expect(inbound(0).at(-1)).toBe(`${pods[0]!.ip}:8080`);
+    expect(inbound(1).at(-1)).toBe(`${pods[1]!.ip}:8081`);
+    await settled(() => inbound(2).at(-1) === `${pods[2]!.ip}:8080` && inbound(2).length > 62);
+    expect(inbound(2).length).toBeGreaterThan(62);
+  }, scaled(60_000));
+
   it('uninstall removes the prog array, the shared program and every stub', async () => {
     const sharedId = withPin(L.prog(INBOUND_SHARED_PROGRAM), (fd) => bpf.progInfo(fd).id);
     be.close();
