@@ -112,6 +112,7 @@ describeEbpf('shared inbound program and per-pod stubs', () => {
     be.close();
 
     const up = await loadDatapath({ pinRoot });
+    expect(up.inbound, `this kernel refused the shared inbound program: ${JSON.stringify(up.unavailable)}`).not.toBeNull();
     expect(up.inbound?.action).toBe('created');
     be = new EbpfBackend(pinRoot);
     // adopted as it is: same link, same whole program, still capturing
