@@ -143,12 +143,14 @@ MC_INLINE void mc_on_passive(struct bpf_sock_ops *s)
 	struct mc_orig *o;
 	__u64 netns;
 
-	/* Only connections to a loopback address can have been redirected. No
-	 * mc_pods lookup: an entry in mc_origdst is the answer (the app's
-	 * connect4/6 found the pod), and its key holds the netns. */
+	/* Only connections to a loopback address in a meshed pod can have been
+	 * redirected. (The pod's entry costs less than the tuple's lookup,
+	 * which every loopback connection of an unmeshed pod would pay.) */
 	if (!sk || !mc_local_loopback(s))
 		return;
 	netns = bpf_get_netns_cookie(s);
+	if (!mc_pod_of(netns))
+		return;
 	mc_tuple_of(s, netns, &mine);
 	mc_tuple_reverse(&mine, &app);
 	o = bpf_map_lookup_elem(&mc_origdst, &app);
