@@ -121,7 +121,10 @@ function stepsFor(spec, kernel) {
   // the images of the current commit with podman and runs them, which says
   // nothing about the kernel's hooks; npm test runs it on the host.
   const vitest = (/** @type {string} */ files) =>
-    `npx --no-install vitest run --project privileged --testTimeout=${limit} --hookTimeout=${limit} --exclude 'test/privileged/images/**' ${files || 'test/privileged'}`;
+    `npx --no-install vitest run --project privileged --testTimeout=${limit} --hookTimeout=${limit} --exclude 'test/privileged/images/**' ` +
+    // guest/failed-now.mjs: each failure's error as it happens, not only in the
+    // end-of-run summary that a run cut by the VM limit never prints
+    `--reporter=default --reporter=./test/kernels/guest/failed-now.mjs ${files || 'test/privileged'}`;
   // MESHCAP_EXPECT_MODE: where the matrix expects iptables, the eBPF blocks of
   // the mode-parametrised tests assert the probe's refusal instead of running
   // (test/helpers/datapaths.ts).
