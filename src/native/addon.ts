@@ -158,6 +158,9 @@ interface Binding {
   linksProveNetns(pins: string[], netnsPaths: string[]): boolean[];
   progInfo(fd: number): ProgInfo;
   cgroupPrograms(cgroupPath: string, attachType: number): { id: number; name: string }[];
+  ProgTemplate: new (path: string, opts: ProgTemplateOptions) => ProgTemplate;
+  progMapIds(fd: number): number[];
+  progGetFdById(id: number): number;
   mapInfo(fd: number): KernelMapInfo;
   objPin(fd: number, path: string): void;
   objGet(path: string): number;
@@ -258,6 +261,42 @@ export function linksProveNetns(pins: string[], netnsPaths: string[]): boolean[]
 }
 export function progInfo(fd: number): ProgInfo {
   return native.progInfo(fd);
+}
+export interface ProgTemplateOptions {
+  /** Non-internal maps are reused from (or created and pinned at) mapPinDir/<name>, as openObject's. */
+  mapPinDir: string;
+  program: string;
+  /** The 64-bit immediate of the one ld_imm64 (src_reg 0) that instantiate() replaces. */
+  magic: bigint;
+  /** Passed to each BPF_PROG_LOAD (libbpf 1.1 has no getter for the object's). */
+  license: string;
+}
+
+/**
+ * One program of an object loaded once through libbpf (native/addon/src/prog_template.cc),
+ * then loaded again per instance from its final instructions with the magic replaced.
+ */
+export interface ProgTemplate {
+  readonly insnCount: number;
+  /** The template's own program (libbpf's load, the magic in place); owned by the template. */
+  readonly progFd: number;
+  /** One BPF_PROG_LOAD (synchronous, ~0.1 ms); returns a program fd the caller closes. NativeError with the verifier log. */
+  instantiate(value: bigint): number;
+  /** Closes the template's object and its map fds (instances keep their own references). Idempotent. */
+  close(): void;
+}
+
+/** Loads the template synchronously (a libbpf open + load); throws when the program has not exactly one ld_imm64 of the magic. */
+export function loadProgTemplate(path: string, opts: ProgTemplateOptions): ProgTemplate {
+  return new native.ProgTemplate(path, opts);
+}
+/** Ids of the maps a program uses (bpf_prog_info.map_ids). */
+export function progMapIds(fd: number): number[] {
+  return native.progMapIds(fd);
+}
+/** A new fd of the program with this id (bpf_prog_get_fd_by_id); the caller closes it. */
+export function progGetFdById(id: number): number {
+  return native.progGetFdById(id);
 }
 /** BPF_PROG_QUERY: the programs attached to this cgroup for one hook, in the order they run. */
 export function cgroupPrograms(cgroupPath: string, attachType: number): { id: number; name: string }[] {

@@ -19,6 +19,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitPidfd(env, exports);
   InitPeerCred(env, exports);
   InitConsts(env, exports);
+  InitProgTemplate(env, exports);
   return exports;
 }
 
