@@ -23,6 +23,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { daemonSetAgentEnv } from '../../test/helpers/agent-process.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const CNI = path.join(root, 'build/bin/meshcap-cni');
@@ -34,8 +35,8 @@ const { values: opt } = parseArgs({
     sample: { type: 'string', default: '200' },
     'restart-at': { type: 'string', default: '1000,10000' },
     concurrency: { type: 'string', default: '16' },
-    // the DaemonSet's NODE_OPTIONS (deploy/helm/meshcap/templates/daemonset.yaml); '' measures without
-    'agent-node-options': { type: 'string', default: '--max-semi-space-size=1' },
+    // default: the DaemonSet's NODE_OPTIONS (deploy/meshcap.yaml); '' measures without
+    'agent-node-options': { type: 'string' },
     json: { type: 'string' },
   },
 });
@@ -43,6 +44,8 @@ const SIZES = opt.sizes.split(',').map(Number);
 const SAMPLE = Number(opt.sample);
 const RESTART_AT = new Set(opt['restart-at'].split(',').filter(Boolean).map(Number));
 const CONC = Number(opt.concurrency);
+const agentEnv = daemonSetAgentEnv();
+if (opt['agent-node-options'] !== undefined) agentEnv.NODE_OPTIONS = opt['agent-node-options'];
 if (!SIZES.every((n, i) => Number.isInteger(n) && n >= 1 && n <= 16_000 && (i === 0 || n > SIZES[i - 1]!))) throw new Error('--sizes: increasing pod counts, at most 16,000 (mc_pods holds 16,384)');
 if (!(SAMPLE >= 1 && CONC >= 1)) throw new Error('--sample and --concurrency must be positive');
 if (process.getuid?.() !== 0) throw new Error('run as root: the bench makes network namespaces and loads BPF programs');
@@ -153,8 +156,9 @@ let readyLine: ((l: Record<string, unknown>) => void) | undefined;
 
 async function startAgentProcess(): Promise<{ wallMs: number; ready: Record<string, unknown> }> {
   const t0 = performance.now();
-  // the environment the DaemonSet gives the agent: its RSS is measured as deployed
-  const env = { ...process.env, MALLOC_ARENA_MAX: '1', NODE_OPTIONS: opt['agent-node-options'] };
+  // the environment the DaemonSet gives the agent (its literal env values in
+  // deploy/meshcap.yaml): its RSS is measured as deployed
+  const env = { ...process.env, ...agentEnv };
   const a = spawn(process.execPath, [MESHCAP, 'agent', '--standalone', '--pods', path.join(tmp, 'pods.json'), '--socket', socket,
     '--pin-root', pinRoot, '--mode', 'ebpf', '--state-dir', stateDir, '--exclude-namespaces', 'kube-system'], { stdio: ['ignore', 'pipe', 'pipe'], env });
   agent = a;
@@ -189,10 +193,15 @@ function childCpuMs(): number {
   return (Number(f[13]) + Number(f[14])) * (1000 / 100); // USER_HZ: 100 on Linux
 }
 
-function rssMiB(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) / 1024 : NaN;
+/** The agent's resident memory, MiB: all of it, anonymous (heaps, stacks) and file-backed (the node binary and libraries, shared and clean), and the peak. */
+interface Mem { rss: number; anon: number; file: number; peak: number }
+function memOf(pid: number): Mem {
+  const st = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, 'm').exec(st)?.[1] ?? NaN) / 1024;
+  const m = { rss: kb('VmRSS'), anon: kb('RssAnon'), file: kb('RssFile') + kb('RssShmem'), peak: kb('VmHWM') };
+  return m;
 }
+const memText = (m: Mem) => `${m.rss.toFixed(1)} MiB (${(m.rss * 1.048576).toFixed(1)} MB; anon ${m.anon.toFixed(1)}, file ${m.file.toFixed(1)}, peak ${m.peak.toFixed(1)})`;
 
 const pct = (s: number[], p: number) => s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
 function summary(ms: number[]) {
@@ -207,9 +216,10 @@ interface SizeResult {
   addAgent: ReturnType<typeof summary>;
   delExecToExit: ReturnType<typeof summary>;
   agentRssMiB: number;
+  agentMem: Mem;
   /** cpuMs: the command's CPU time (user + system, 10 ms ticks): wall time moves with the machine's load. */
   status: { ms: number; cpuMs: number; exitCode: number | null; pods: number };
-  coldStart?: { wallMs: number; startupMs: number; reconcileMs: number; cpuMs: number; steps: Record<string, number>; attachments: number; restored: number; dropped: number; rssMiB: number; loadavg: number[] };
+  coldStart?: { wallMs: number; startupMs: number; reconcileMs: number; cpuMs: number; steps: Record<string, number>; attachments: number; restored: number; dropped: number; rssMiB: number; mem: Mem; loadavg: number[] };
   registerPerSec: number;
 }
 const results: SizeResult[] = [];
@@ -223,8 +233,9 @@ try {
 
   let a = await startAgentProcess();
   await new Promise((r) => setTimeout(r, 1000));
-  const readyRssMiB = rssMiB(agent!.pid!);
-  log(`agent ready in ${a.wallMs.toFixed(0)} ms, RSS ${readyRssMiB.toFixed(0)} MiB with no pod registered`);
+  const readyMem = memOf(agent!.pid!);
+  const readyRssMiB = readyMem.rss;
+  log(`agent ready in ${a.wallMs.toFixed(0)} ms, RSS ${memText(readyMem)} with no pod registered`);
   // warm-up: JIT and lazy module loads; then the probe pods go again
   for (let i = 0; i < 5; i++) {
     await runCni('ADD', `w${i}`, `q${i}`, probePath(i), probeIp(i));
@@ -251,7 +262,7 @@ try {
       const loadavg = os.loadavg();
       a = await startAgentProcess();
       const r = a.ready;
-      coldStart = { wallMs: a.wallMs, startupMs: r.startupMs as number, reconcileMs: r.reconcileMs as number, cpuMs: r.cpuMs as number, steps: r.steps as Record<string, number>, attachments: r.attachments as number, restored: r.restored as number, dropped: r.dropped as number, rssMiB: rssMiB(agent!.pid!), loadavg };
+      coldStart = { wallMs: a.wallMs, startupMs: r.startupMs as number, reconcileMs: r.reconcileMs as number, cpuMs: r.cpuMs as number, steps: r.steps as Record<string, number>, attachments: r.attachments as number, restored: r.restored as number, dropped: r.dropped as number, ...(() => { const mem = memOf(agent!.pid!); return { rssMiB: mem.rss, mem }; })(), loadavg };
       log(`cold start with ${size} pods: ${a.wallMs.toFixed(0)} ms to ready (agent's startupMs ${String(r.startupMs)}, CPU ${String(r.cpuMs)} ms, steps ${JSON.stringify(r.steps)}; restored ${String(r.restored)}, dropped ${String(r.dropped)})`);
       for (let i = 0; i < 5; i++) {
         await runCni('ADD', `w${i}`, `q${i}`, probePath(i), probeIp(i));
@@ -270,7 +281,8 @@ try {
       if (r.code !== 0) throw new Error(`ADD q${i} failed: ${r.out}`);
       addMs.push(r.ms);
     }
-    const rss = rssMiB(agent!.pid!);
+    const mem = memOf(agent!.pid!);
+    const rss = mem.rss;
     const delMs: number[] = [];
     for (let i = 0; i < SAMPLE; i++) {
       const r = await runCni('DEL', `${tag}${i}`, `q${i}`, probePath(i), probeIp(i));
@@ -293,26 +305,26 @@ try {
     try {
       statusPods = (JSON.parse(st.stdout) as { pods: unknown[] }).pods.length;
     } catch { /* reported as -1 */ }
-    const res: SizeResult = { pods: size, loadavg, addExecToExit: summary(addMs), addAgent: summary(addAgentMs), delExecToExit: summary(delMs), agentRssMiB: rss, status: { ms: statusMs, cpuMs: statusCpuMs, exitCode: st.status, pods: statusPods }, registerPerSec, ...(coldStart ? { coldStart } : {}) };
+    const res: SizeResult = { pods: size, loadavg, addExecToExit: summary(addMs), addAgent: summary(addAgentMs), delExecToExit: summary(delMs), agentRssMiB: rss, agentMem: mem, status: { ms: statusMs, cpuMs: statusCpuMs, exitCode: st.status, pods: statusPods }, registerPerSec, ...(coldStart ? { coldStart } : {}) };
     results.push(res);
-    log(`${size} pods: ADD p50 ${res.addExecToExit.p50.toFixed(2)} ms (agent ${res.addAgent.p50.toFixed(2)} ms), RSS ${rss.toFixed(0)} MiB, status ${statusMs.toFixed(0)} ms, CPU ${statusCpuMs} ms (${statusPods} pods, exit ${st.status})`);
+    log(`${size} pods: ADD p50 ${res.addExecToExit.p50.toFixed(2)} ms (agent ${res.addAgent.p50.toFixed(2)} ms), RSS ${memText(mem)}, status ${statusMs.toFixed(0)} ms, CPU ${statusCpuMs} ms (${statusPods} pods, exit ${st.status})`);
   }
   await stopAgent();
 
   const f = (x: number) => x.toFixed(2).padStart(7);
   console.log(`eBPF mode, meshed Istio pods, ${SAMPLE} ADDs sampled per size, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
-  console.log(`agent (MALLOC_ARENA_MAX=1, NODE_OPTIONS=${JSON.stringify(opt['agent-node-options'])}) RSS at ready with no pod registered: ${readyRssMiB.toFixed(0)} MiB`);
-  console.log('pods registered   ADD p50   ADD p99   agent p50  agent p99   DEL p50   RSS MiB   status ms   load avg');
+  console.log(`agent env (deploy/meshcap.yaml${opt['agent-node-options'] !== undefined ? ', NODE_OPTIONS from --agent-node-options' : ''}): ${JSON.stringify(agentEnv)}; RSS at ready with no pod registered: ${memText(readyMem)}`);
+  console.log('pods registered   ADD p50   ADD p99   agent p50  agent p99   DEL p50   RSS MiB (MB, anon/file MiB)   status ms   load avg');
   for (const r of results) {
-    console.log(`${String(r.pods).padStart(15)}  ${f(r.addExecToExit.p50)}   ${f(r.addExecToExit.p99)}   ${f(r.addAgent.p50)}  ${f(r.addAgent.p99)}   ${f(r.delExecToExit.p50)}   ${r.agentRssMiB.toFixed(0).padStart(7)}   ${r.status.ms.toFixed(0).padStart(9)} (CPU ${r.status.cpuMs})   ${r.loadavg.map((x) => x.toFixed(1)).join(' ')}`);
+    console.log(`${String(r.pods).padStart(15)}  ${f(r.addExecToExit.p50)}   ${f(r.addExecToExit.p99)}   ${f(r.addAgent.p50)}  ${f(r.addAgent.p99)}   ${f(r.delExecToExit.p50)}   ${`${r.agentMem.rss.toFixed(1)} (${(r.agentMem.rss * 1.048576).toFixed(1)}, ${r.agentMem.anon.toFixed(1)}/${r.agentMem.file.toFixed(1)})`.padEnd(27)}   ${r.status.ms.toFixed(0).padStart(9)} (CPU ${r.status.cpuMs})   ${r.loadavg.map((x) => x.toFixed(1)).join(' ')}`);
   }
   for (const r of results) {
-    if (r.coldStart) console.log(`cold start adopting ${r.pods} pods: ${r.coldStart.wallMs.toFixed(0)} ms spawn to ready (agent startupMs ${r.coldStart.startupMs}, of which reconcile ${r.coldStart.reconcileMs}; CPU to ready ${r.coldStart.cpuMs} ms; ${r.coldStart.restored} restored, ${r.coldStart.dropped} dropped; RSS ${r.coldStart.rssMiB.toFixed(0)} MiB; load ${r.coldStart.loadavg.map((x) => x.toFixed(1)).join(' ')})`);
+    if (r.coldStart) console.log(`cold start adopting ${r.pods} pods: ${r.coldStart.wallMs.toFixed(0)} ms spawn to ready (agent startupMs ${r.coldStart.startupMs}, of which reconcile ${r.coldStart.reconcileMs}; CPU to ready ${r.coldStart.cpuMs} ms; ${r.coldStart.restored} restored, ${r.coldStart.dropped} dropped; RSS ${memText(r.coldStart.mem)}; load ${r.coldStart.loadavg.map((x) => x.toFixed(1)).join(' ')})`);
   }
   const first = results[0]!;
   const last = results.at(-1)!;
   console.log(`ADD p50 growth ${first.pods} -> ${last.pods} pods: ${(((last.addExecToExit.p50 / first.addExecToExit.p50) - 1) * 100).toFixed(1)}% (exec to exit), ${(((last.addAgent.p50 / first.addAgent.p50) - 1) * 100).toFixed(1)}% (agent)`);
-  if (opt.json) writeFileSync(opt.json, JSON.stringify({ when: new Date().toISOString(), agentNodeOptions: opt['agent-node-options'], readyRssMiB, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, results }, null, 1) + '\n');
+  if (opt.json) writeFileSync(opt.json, JSON.stringify({ when: new Date().toISOString(), agentEnv, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, results }, null, 1) + '\n');
 } finally {
   cleanup();
 }
