@@ -6,6 +6,11 @@
  * (inbound.bpf.c) does. sk_lookup cannot call bpf_get_netns_cookie, so each
  * pod still needs a program of its own; this one is a few instructions, so
  * the verifier's work per pod is near nothing (docs/datapath.md).
+ *
+ * The object is loaded once per datapath load as a template; each pod's stub
+ * is the template's final instructions with the cookie patched into the one
+ * ld_imm64 carrying MC_NETNS_MAGIC, loaded by a single BPF_PROG_LOAD
+ * (native/addon/src/prog_template.cc).
  */
 #define BPF_NO_PRESERVE_ACCESS_INDEX
 #include "vmlinux.h"
@@ -17,22 +22,27 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* The pod's netns cookie, written by the agent (this object's .bss) before it
- * links the stub into the pod's netns; 0 (never a cookie) until then. */
-volatile __u64 mc_netns = 0;
+/* Stands for the pod's netns cookie: the agent replaces this immediate with
+ * the cookie in its copy of the instructions. Inline asm so that the compiler
+ * emits exactly one ld_imm64 with it (no folding, no split into halves). */
+#define MC_NETNS_MAGIC 0x6d636e65746e7321 /* "mcnetns!"; src/pod-datapath/inbound-pool.ts */
+#define MC_STR_(x) #x
+#define MC_STR(x) MC_STR_(x)
 
 SEC("sk_lookup")
 int mc_inbound_pod(struct bpf_sk_lookup *ctx)
 {
 	struct mc_inbound_arg *a;
 	__u32 zero = 0;
+	__u64 netns;
 
 	if (ctx->protocol != IPPROTO_TCP)
 		return SK_PASS;
 	a = bpf_map_lookup_elem(&mc_inbound_arg, &zero);
 	if (!a)
 		return SK_DROP; /* cannot happen: key 0 of a 1-entry array */
-	a->netns = mc_netns;
+	asm volatile("%0 = " MC_STR(MC_NETNS_MAGIC) " ll" : "=r"(netns));
+	a->netns = netns;
 	bpf_tail_call(ctx, &mc_inbound_tail, MC_INBOUND_SLOT);
 
 	/* Slot 0 empty: which ports are captured is unknown here. The pod's own

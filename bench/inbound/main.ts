@@ -2,8 +2,12 @@
 // bpf/inbound-stub.bpf.c tail-calling the node's shared mc_inbound_main) against
 // a whole mc_inbound per pod (bpf/inbound.bpf.c, before issue 19):
 //   - load: wall and this process's CPU time (libuv thread included) per
-//     program loaded as the agent's pool loads them, and the kernel's
-//     verified_insns / xlated size of each (bpftool);
+//     program loaded, and the kernel's verified_insns / xlated size of each
+//     (bpftool). Three ways: `template` (what an ADD does now: the stub's
+//     instructions from a template loaded once, cookie patched, one raw
+//     BPF_PROG_LOAD), `stub` (the stub object loaded through libbpf, as the
+//     pool did before), `whole` (libbpf, as a pod gets where the kernel
+//     refuses the shared program);
 //   - per SYN: the program's own CPU per captured connection (kernel.bpf_stats_enabled
 //     run_time_ns / run_cnt, the tail-called shared program included in the
 //     stub's figure), one pod netns, connections from a client netns to a
@@ -15,9 +19,9 @@ import { execa } from 'execa';
 import * as bpf from '../../src/native/addon.js';
 import { loadDatapath, uninstallDatapath } from '../../src/loader/datapath.js';
 import { readFdinfo } from '../../src/loader/fdinfo.js';
-import { pinLayout } from '../../src/loader/manifest.js';
+import { INBOUND_STUB_OBJECT, INBOUND_STUB_PROGRAM, objectPath, pinLayout } from '../../src/loader/manifest.js';
 import { cleanupOnSignals, Lab } from '../../src/lab/index.js';
-import { loadInboundInstance, setInstanceNetns, type InboundInstance } from '../../src/pod-datapath/inbound-pool.js';
+import { loadInboundInstance, StubTemplate, type InboundInstance } from '../../src/pod-datapath/inbound-pool.js';
 import { EbpfBackend } from '../../src/pod-datapath/ebpf.js';
 import { netnsCookie } from '../../src/pod-netns.js';
 import { istioCapture } from '../../test/helpers/pods.js';
@@ -57,18 +61,29 @@ async function asWhole<T>(f: () => Promise<T>): Promise<T> {
   }
 }
 
-async function loadCost(kind: 'stub' | 'whole') {
+/** The stub object loaded through libbpf, as the pool loaded stubs before the template. */
+async function libbpfStub(): Promise<InboundInstance> {
+  const obj = bpf.openObject(objectPath(INBOUND_STUB_OBJECT), { mapPinDir: L.maps });
+  await obj.load();
+  const fd = obj.programs().find((p) => p.name === INBOUND_STUB_PROGRAM)!.fd;
+  return { kind: 'stub', progFd: fd, netnsMapFd: -1, netns: 0n, mapId: 0, close: () => obj.close() };
+}
+
+async function loadCost(kind: 'template' | 'stub' | 'whole') {
   const run = async () => {
     const insts: InboundInstance[] = [];
     const c0 = process.cpuUsage();
     const t0 = performance.now();
-    for (let i = 0; i < LOADS; i++) insts.push(await loadInboundInstance(L.maps));
+    // template: the one libbpf load of the template is counted in (it is per datapath load, not per pod)
+    const template = kind === 'template' ? new StubTemplate(L.maps) : undefined;
+    for (let i = 0; i < LOADS; i++) insts.push(template ? template.instance(BigInt(i + 1)) : kind === 'stub' ? await libbpfStub() : await loadInboundInstance(L.maps, BigInt(i + 1)));
     const wall = (performance.now() - t0) / LOADS;
     const c = process.cpuUsage(c0);
-    if (insts[0]!.kind !== kind) throw new Error(`expected ${kind} programs, loaded ${insts[0]!.kind}`);
+    template?.close();
+    if (insts[0]!.kind !== (kind === 'whole' ? 'whole' : 'stub')) throw new Error(`expected ${kind} programs, loaded ${insts[0]!.kind}`);
     const p = await progJson(bpf.progInfo(insts[0]!.progFd).id);
     const verifiedInsns = verified(insts[0]!.progFd);
-    for (const i of insts) i.obj.close();
+    for (const i of insts) i.close();
     return { kind, wallMs: +wall.toFixed(3), cpuMs: +((c.user + c.system) / 1000 / LOADS).toFixed(3), verifiedInsns, xlatedBytes: p.bytes_xlated ?? null };
   };
   return kind === 'whole' ? asWhole(run) : run();
@@ -90,9 +105,9 @@ async function main() {
   console.log(`shared mc_inbound_main: verified_insns ${shared.verified_insns ?? '?'}, xlated ${shared.bytes_xlated} B (verified once per datapath load)`);
 
   const loads = [];
-  for (const kind of ['stub', 'whole', 'stub', 'whole'] as const) loads.push(await loadCost(kind));
+  for (const kind of ['template', 'stub', 'whole', 'template', 'stub', 'whole'] as const) loads.push(await loadCost(kind));
   console.log(`\nper-pod program load, ${LOADS} each, sequential (load average ${loadavg()}):`);
-  for (const r of loads) console.log(`  ${r.kind.padEnd(5)} wall ${r.wallMs} ms  CPU ${r.cpuMs} ms  verified_insns ${r.verifiedInsns ?? '?'}  xlated ${r.xlatedBytes} B`);
+  for (const r of loads) console.log(`  ${r.kind.padEnd(8)} wall ${r.wallMs} ms  CPU ${r.cpuMs} ms  verified_insns ${r.verifiedInsns ?? '?'}  xlated ${r.xlatedBytes} B`);
 
   // Per SYN: one pod, its link swapped between a stub and a whole program.
   const pod = await lab.netns('pod');
@@ -115,8 +130,7 @@ async function main() {
   lab.add('link fd', () => bpf.closeFd(linkFd));
   const perSyn = [];
   for (const kind of ['stub', 'whole', 'stub', 'whole', 'stub', 'whole'] as const) {
-    const inst = kind === 'whole' ? await asWhole(() => loadInboundInstance(L.maps)) : await loadInboundInstance(L.maps);
-    setInstanceNetns(inst, cookie);
+    const inst = kind === 'whole' ? await asWhole(() => loadInboundInstance(L.maps, cookie)) : await loadInboundInstance(L.maps, cookie);
     bpf.linkUpdate(linkFd, inst.progFd);
     const id = bpf.progInfo(inst.progFd).id;
     const a = await progJson(id);
@@ -124,7 +138,7 @@ async function main() {
     const b = await progJson(id);
     const cnt = (b.run_cnt ?? 0) - (a.run_cnt ?? 0);
     perSyn.push({ kind, runs: cnt, nsPerRun: Math.round(((b.run_time_ns ?? 0) - (a.run_time_ns ?? 0)) / Math.max(cnt, 1)) });
-    inst.obj.close();
+    inst.close();
   }
   console.log(`\nsk_lookup CPU per run (kernel.bpf_stats_enabled), ${CONNS} captured connections each (load average ${loadavg()}):`);
   for (const r of perSyn) console.log(`  ${r.kind.padEnd(5)} ${r.nsPerRun} ns per run (${r.runs} runs)`);

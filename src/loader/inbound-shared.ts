@@ -8,9 +8,8 @@
 import { existsSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
 import path from 'node:path';
 import * as bpf from '../native/addon.js';
-import { loadInboundInstance, setInstanceNetns } from '../pod-datapath/inbound-pool.js';
-import { readFdinfo } from './fdinfo.js';
-import { INBOUND_SHARED_OBJECT, INBOUND_SHARED_PROGRAM, INBOUND_TAIL_MAP, objectPath, pinLayout } from './manifest.js';
+import { StubTemplate } from '../pod-datapath/inbound-pool.js';
+import { INBOUND_SHARED_OBJECT, INBOUND_SHARED_PROGRAM, INBOUND_STUB_PROGRAM, INBOUND_TAIL_MAP, objectPath, pinLayout } from './manifest.js';
 import type { MapSizeState } from './map-sizes.js';
 
 export interface InboundSharedState {
@@ -24,6 +23,8 @@ export interface InboundSharedState {
 }
 
 const KEY0 = Buffer.alloc(4);
+/** The per-CPU hand-off map every stub writes (bpf/inbound-tail.h). */
+const INBOUND_ARG_MAP = 'mc_inbound_arg';
 
 function u32(n: number): Buffer {
   const b = Buffer.alloc(4);
@@ -90,37 +91,63 @@ export async function loadInboundShared(pinRoot: string, sizes: MapSizeState[], 
  * Stubs linked before this load's new prog array tail-call the old one, which
  * the kernel emptied when its pin went (they refuse captured connections
  * then): give each such pod a new stub, in place (bpf_link_update: the link
- * never runs without a program). A stub is known by its tag (the same for
- * every stub of a build: map references do not count); whole programs
+ * never runs without a program). A stub is known by its name and by using the
+ * pinned mc_inbound_arg (each stub has its own tag: its cookie is an
+ * immediate; stubs of the libbpf-loaded build match too); whole programs
  * (older meshcap, or a kernel without the shared one) need no slot and stay.
  */
 async function relinkStubs(pinRoot: string): Promise<number> {
   const L = pinLayout(pinRoot);
   const cookies = existsSync(L.pods) ? readdirSync(L.pods).filter((d) => /^\d+$/.test(d) && existsSync(L.podInbound(BigInt(d)))) : [];
   if (cookies.length === 0) return 0;
-  let stub = await loadInboundInstance(L.maps);
-  const stubTag = bpf.progInfo(stub.progFd).tag;
+  const argId = pinnedMapId(path.join(L.maps, INBOUND_ARG_MAP));
+  const template = new StubTemplate(L.maps);
   let relinked = 0;
   try {
     for (const c of cookies) {
       const fd = bpf.objGet(L.podInbound(BigInt(c)));
       try {
-        if (readFdinfo(fd).prog_tag !== stubTag) continue;
-        setInstanceNetns(stub, BigInt(c));
+        if (!isStub(bpf.linkInfo(fd).progId, argId)) continue;
+        const stub = template.instance(BigInt(c));
         try {
           bpf.linkUpdate(fd, stub.progFd);
         } catch {
           continue; // a link whose netns is gone (ENOLINK) has nothing to capture
+        } finally {
+          stub.close(); // the link holds the program now
         }
         relinked++;
-        stub.obj.close(); // the link holds the program now
-        stub = await loadInboundInstance(L.maps);
       } finally {
         bpf.closeFd(fd);
       }
     }
   } finally {
-    stub.obj.close();
+    template.close();
   }
   return relinked;
+}
+
+/** Kernel id of the map pinned at pin. */
+function pinnedMapId(pin: string): number {
+  const fd = bpf.objGet(pin);
+  try {
+    return bpf.mapInfo(fd).id;
+  } finally {
+    bpf.closeFd(fd);
+  }
+}
+
+/** True when program progId is a pod stub: named so, and using the node's mc_inbound_arg. */
+function isStub(progId: number, argId: number): boolean {
+  let fd: number;
+  try {
+    fd = bpf.progGetFdById(progId);
+  } catch {
+    return false; // gone meanwhile
+  }
+  try {
+    return bpf.progInfo(fd).name === INBOUND_STUB_PROGRAM && bpf.progMapIds(fd).includes(argId);
+  } finally {
+    bpf.closeFd(fd);
+  }
 }

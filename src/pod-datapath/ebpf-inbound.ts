@@ -1,9 +1,10 @@
-// Per-pod inbound capture: one sk_lookup program per meshed pod (it reads the
-// pod's netns cookie from its own .bss: sk_lookup cannot ask for it), attached
+// Per-pod inbound capture: one sk_lookup program per meshed pod (it carries
+// the pod's netns cookie itself: sk_lookup cannot ask for it), attached
 // to the pod's netns through a pinned bpf_link at
 // <pin root>/pods/<cookie>/inbound. Since issue 19 it is a stub that
-// tail-calls the node's shared program (src/loader/inbound-shared.ts). It
-// comes loaded from the agent's pool (inbound-pool.ts) when one is ready.
+// tail-calls the node's shared program (src/loader/inbound-shared.ts), its
+// cookie an immediate: made per ADD from the agent's pool's template with one
+// BPF_PROG_LOAD (inbound-pool.ts).
 import { existsSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import * as bpf from '../native/addon.js';
 import { ForeignPinError } from '../loader/datapath.js';
@@ -40,7 +41,7 @@ export async function attachPodInbound(pinRoot: string, netns: bigint, netnsPath
     rmSync(pin);
   }
   mkdirSync(L.podDir(netns), { recursive: true });
-  const inst = pool?.take() ?? (await loadInboundInstance(L.maps));
+  const inst = pool?.take(netns) ?? (await loadInboundInstance(L.maps, netns));
   try {
     setInstanceNetns(inst, netns);
     const fd = bpf.linkCreateNetns(inst.progFd, netnsPath, bpf.consts.attachType.SK_LOOKUP!);
@@ -51,9 +52,9 @@ export async function attachPodInbound(pinRoot: string, netns: bigint, netnsPath
       bpf.closeFd(fd);
     }
   } finally {
-    // The link (when made) holds the program, and the program its .bss. The
-    // object's own fds go after the ADD has answered (off the runtime's wait).
-    setImmediate(() => inst.obj.close());
+    // The link (when made) holds the program (and a whole one its .bss). The
+    // agent's own fds go after the ADD has answered (off the runtime's wait).
+    setImmediate(() => inst.close());
   }
 }
 

@@ -1,20 +1,22 @@
-// Pod inbound programs loaded ahead of the pods that will use them. A pod's
+// A pod's inbound program, loaded as cheaply as the kernel allows. Where the
+// node's shared program is in place (src/loader/inbound-shared.ts), a pod's
 // program is a stub (bpf/inbound-stub.bpf.c: names its pod, tail-calls the
-// node's shared mc_inbound_main, see src/loader/inbound-shared.ts): ~0.4 ms of
-// CPU to load (libbpf open, BTF, a .bss map, two pinned maps reused; the
-// verifier's part is near nothing), against ~1.6 ms for a whole
-// bpf/inbound.bpf.c, which a pod gets only where the kernel refused the shared
-// program. Either way the load is the largest part of a meshed CNI ADD;
-// everything else an ADD does to capture inbound (write the cookie, link, pin)
-// is ~0.05 ms. So the agent keeps a few loaded instances whose netns cookie is
-// not written yet and loads the next ones in the background, one at a time,
-// after an ADD took one. An ADD that finds the pool empty loads its own.
+// shared mc_inbound_main) and is loaded raw: the stub object is loaded once
+// through libbpf as a template (StubTemplate, native/addon/src/prog_template.cc),
+// and each pod gets the template's final instructions with its netns cookie
+// patched into one immediate, one BPF_PROG_LOAD (~0.1 ms of CPU, against
+// ~0.4-0.5 ms for a libbpf load of the object; docs/bench-cni.md). That is
+// cheap enough to do on the ADD path, so stubs are never preloaded.
 //
-// An instance in the pool is attached nowhere and pinned nowhere: it lives on
-// the agent's fds only, so closing the pool (agent stop) or the agent dying
-// frees it. Each one was loaded against the maps pinned at that moment; the
-// pool belongs to one EbpfBackend (one set of pinned maps) and is closed with
-// it when a self-check reloads the datapath.
+// Where the kernel refused the shared program, a pod gets a whole
+// bpf/inbound.bpf.c (~1.6 ms of CPU to load, the cookie in its .bss). Those
+// the pool keeps loaded ahead of the pods, cookie not written yet, and loads
+// the next ones in the background, one at a time, after an ADD took one.
+//
+// Neither a template nor a waiting instance is attached or pinned anywhere:
+// they live on the agent's fds only, so closing the pool (agent stop, or a
+// self-check reloading the datapath: the pool belongs to one EbpfBackend, one
+// set of pinned maps) or the agent dying frees them.
 import * as bpf from '../native/addon.js';
 import path from 'node:path';
 import { existsSync } from 'node:fs';
@@ -23,19 +25,90 @@ import type { SizedMap } from '../loader/map-sizes.js';
 import { adoptPinnedSizes, pinnedSizes } from '../loader/pinned-map-sizes.js';
 import { MAP } from '../maps/layout.js';
 
-/** The variable in the .bss of inbound-stub.bpf.c (and inbound.bpf.c) that holds the pod's netns cookie. */
+/** The variable in the .bss of inbound.bpf.c that holds the pod's netns cookie. */
 const NETNS_VAR = 'mc_netns';
+/** The immediate bpf/inbound-stub.bpf.c loads where the pod's cookie goes (MC_NETNS_MAGIC there). */
+export const STUB_NETNS_MAGIC = 0x6d636e65746e7321n;
+/** The stub's license (its LICENSE[]): a raw load passes it itself. */
+const STUB_LICENSE = 'Dual BSD/GPL';
 
-/** A loaded, unattached inbound program and the map holding its netns cookie. */
+/** A loaded, unattached inbound program. */
 export interface InboundInstance {
   /** stub: tail-calls the shared program; whole: bpf/inbound.bpf.c (the kernel refused the shared one). */
   kind: 'stub' | 'whole';
-  obj: bpf.BpfObject;
   progFd: number;
-  /** The object's .bss (one array element: mc_netns). */
+  /** whole: the object's .bss (one array element: mc_netns); stub: -1 (its cookie is an immediate). */
   netnsMapFd: number;
+  /** stub: the cookie it was loaded with; whole: null (written by setInstanceNetns). */
+  netns: bigint | null;
   /** Kernel id of the map this instance depends on: mc_inbound_tail (stub) or mc_pods (whole). */
   mapId: number;
+  /** Drops the agent's references (a link made from progFd keeps the program). */
+  close(): void;
+}
+
+/**
+ * The stub object loaded once against the maps pinned in mapsDir (the shared
+ * mc_inbound_arg and mc_inbound_tail): its fds keep those maps referenced by
+ * the instructions every stub is made from. Good for as long as that prog
+ * array is the pinned one; a load that replaces it needs a new template.
+ */
+export class StubTemplate {
+  private readonly t: bpf.ProgTemplate;
+  /** Kernel id of the mc_inbound_tail the template's instructions use. */
+  readonly tailId: number;
+
+  constructor(readonly mapsDir: string) {
+    this.t = bpf.loadProgTemplate(objectPath(INBOUND_STUB_OBJECT), { mapPinDir: mapsDir, program: INBOUND_STUB_PROGRAM, magic: STUB_NETNS_MAGIC, license: STUB_LICENSE });
+    try {
+      const id = pinnedMapId(mapsDir, INBOUND_TAIL_MAP);
+      if (id === null) throw new Error(`${mapsDir}/${INBOUND_TAIL_MAP} is not pinned: load the datapath (meshcap load)`);
+      this.tailId = id;
+    } catch (e) {
+      this.t.close();
+      throw e;
+    }
+  }
+
+  /** Kernel id of the template's own program (loaded by libbpf with the magic as its cookie; never attached). */
+  get progId(): number {
+    return bpf.progInfo(this.t.progFd).id;
+  }
+
+  /** The pod's stub, cookie in place: one BPF_PROG_LOAD. */
+  instance(netns: bigint): InboundInstance {
+    const progFd = this.t.instantiate(netns);
+    return { kind: 'stub', progFd, netnsMapFd: -1, netns, mapId: this.tailId, close: () => bpf.closeFd(progFd) };
+  }
+
+  close(): void {
+    this.t.close();
+  }
+}
+
+/** A whole bpf/inbound.bpf.c, loaded through libbpf (cookie 0 until setInstanceNetns). */
+async function loadWhole(mapsDir: string, sizes?: ReadonlyMap<SizedMap, number>): Promise<InboundInstance> {
+  const file = POD_INBOUND_OBJECT;
+  const obj = bpf.openObject(objectPath(file), { mapPinDir: mapsDir });
+  try {
+    // A whole program carries every map; the LRU maps' sizes are the node's (chosen at load).
+    adoptPinnedSizes(obj, sizes ?? mapsDir);
+    await obj.load();
+    const prog = obj.programs().find((p) => p.name === POD_INBOUND_PROGRAM);
+    if (!prog) throw new Error(`${file} has no program ${POD_INBOUND_PROGRAM}: rebuild (npm run setup)`);
+    const maps = obj.maps();
+    // libbpf names it "<object prefix>.bss"; mc_netns is its only variable.
+    const bss = maps.find((m) => m.name.endsWith('.bss'));
+    if (!bss || bss.valueSize !== 8) {
+      throw new Error(`${file} has no 8-byte .bss holding ${NETNS_VAR} (an object from an older build?): rebuild (npm run setup)`);
+    }
+    const dep = maps.find((m) => m.name === MAP.pods);
+    if (!dep) throw new Error(`${file} does not use ${MAP.pods}: rebuild (npm run setup)`);
+    return { kind: 'whole', progFd: prog.fd, netnsMapFd: bss.fd, netns: null, mapId: bpf.mapInfo(dep.fd).id, close: () => obj.close() };
+  } catch (e) {
+    obj.close();
+    throw e;
+  }
 }
 
 /** True when pods get stubs: the shared program is pinned (src/loader/inbound-shared.ts put it in its slot first); else each pod gets a whole mc_inbound. */
@@ -44,36 +117,29 @@ export function inboundSharedReady(pinRoot: string): boolean {
 }
 
 /**
- * Loads one instance against the maps pinned in mapsDir (not attached, cookie
- * 0): a stub when the shared program is in place (pinned beside mapsDir), else
- * a whole program. `sizes`: the pins' LRU sizes read once by the caller (a
- * whole program carries those maps; a stub none); without, read from the pins.
+ * Loads the pod's instance against the maps pinned in mapsDir (not attached):
+ * a stub when the shared program is in place (pinned beside mapsDir), through
+ * a template made for this one load (the pool keeps one instead), else a whole
+ * program with the cookie written. `sizes`: the pins' LRU sizes read once by
+ * the caller (a whole program carries those maps); without, read from the pins.
  */
-export async function loadInboundInstance(mapsDir: string, sizes?: ReadonlyMap<SizedMap, number>): Promise<InboundInstance> {
-  const kind = inboundSharedReady(path.dirname(mapsDir)) ? 'stub' : 'whole';
-  const file = kind === 'stub' ? INBOUND_STUB_OBJECT : POD_INBOUND_OBJECT;
-  const progName = kind === 'stub' ? INBOUND_STUB_PROGRAM : POD_INBOUND_PROGRAM;
-  const mapName = kind === 'stub' ? INBOUND_TAIL_MAP : MAP.pods;
-  const obj = bpf.openObject(objectPath(file), { mapPinDir: mapsDir });
-  try {
-    // A whole program carries every map; the LRU maps' sizes are the node's (chosen at load).
-    if (kind === 'whole') adoptPinnedSizes(obj, sizes ?? mapsDir);
-    await obj.load();
-    const prog = obj.programs().find((p) => p.name === progName);
-    if (!prog) throw new Error(`${file} has no program ${progName}: rebuild (npm run setup)`);
-    const maps = obj.maps();
-    // libbpf names it "<object prefix>.bss"; mc_netns is its only variable.
-    const bss = maps.find((m) => m.name.endsWith('.bss'));
-    if (!bss || bss.valueSize !== 8) {
-      throw new Error(`${file} has no 8-byte .bss holding ${NETNS_VAR} (an object from an older build?): rebuild (npm run setup)`);
+export async function loadInboundInstance(mapsDir: string, netns = 0n, sizes?: ReadonlyMap<SizedMap, number>): Promise<InboundInstance> {
+  if (inboundSharedReady(path.dirname(mapsDir))) {
+    const t = new StubTemplate(mapsDir);
+    try {
+      return t.instance(netns);
+    } finally {
+      t.close();
     }
-    const dep = maps.find((m) => m.name === mapName);
-    if (!dep) throw new Error(`${file} does not use ${mapName}: rebuild (npm run setup)`);
-    return { kind, obj, progFd: prog.fd, netnsMapFd: bss.fd, mapId: bpf.mapInfo(dep.fd).id };
+  }
+  const inst = await loadWhole(mapsDir, sizes);
+  try {
+    setInstanceNetns(inst, netns);
   } catch (e) {
-    obj.close();
+    inst.close();
     throw e;
   }
+  return inst;
 }
 
 /** Kernel id of the map pinned at mapsDir/name; null when none. */
@@ -96,8 +162,13 @@ const KEY0 = Buffer.alloc(4);
 /**
  * Gives the instance its pod: written before the instance is linked into the
  * pod's netns, so it never runs with another cookie (and never with 0 there).
+ * A stub was loaded with its pod's: only checked.
  */
 export function setInstanceNetns(inst: InboundInstance, netns: bigint): void {
+  if (inst.kind === 'stub') {
+    if (inst.netns !== netns) throw new Error(`a stub loaded for netns cookie ${inst.netns} cannot serve ${netns}`);
+    return;
+  }
   const v = Buffer.alloc(8);
   v.writeBigUInt64LE(netns);
   bpf.mapUpdate(inst.netnsMapFd, KEY0, v);
@@ -106,7 +177,7 @@ export function setInstanceNetns(inst: InboundInstance, netns: bigint): void {
 export interface InboundPoolOptions {
   /** Where the maps the instances read are pinned. */
   mapsDir: string;
-  /** Instances kept loaded (0: none; every ADD loads its own). */
+  /** Whole instances kept loaded (0: none; every ADD loads its own). Stubs are made per ADD from the pool's template. */
   size: number;
   /** Kernel id of the mc_pods map the owner writes: an instance reading another one is never handed out. */
   podsMapId: number;
@@ -121,8 +192,10 @@ export class InboundPool {
   private refillQueued = false;
   /** The pins' LRU sizes, read at the first load (three pin opens less per instance). */
   private sizes: Map<SizedMap, number> | undefined;
-  /** Counters for metrics and tests. */
-  readonly counts = { hits: 0, misses: 0, loaded: 0, failed: 0, discarded: 0 };
+  /** The stub template for the prog array pinned now (rebuilt when that changes). */
+  private template: StubTemplate | undefined;
+  /** Counters for metrics and tests (hits/misses: whole instances; stubs: made from the template). */
+  readonly counts = { hits: 0, misses: 0, loaded: 0, failed: 0, discarded: 0, stubs: 0, templates: 0 };
 
   constructor(private readonly o: InboundPoolOptions) {}
 
@@ -135,8 +208,19 @@ export class InboundPool {
     return this.ready.length;
   }
 
-  /** A loaded instance, or undefined when none is ready (the caller loads one). Refills after this turn. */
-  take(): InboundInstance | undefined {
+  /**
+   * The pod's instance: where pods get stubs, one made now from the template
+   * (one BPF_PROG_LOAD); else a waiting whole instance, or undefined when none
+   * is ready (the caller loads one), refilled after this turn.
+   */
+  take(netns: bigint): InboundInstance | undefined {
+    if (!this.closed && inboundSharedReady(path.dirname(this.o.mapsDir))) {
+      const t = this.stubTemplate();
+      if (t) {
+        this.counts.stubs++;
+        return t.instance(netns);
+      }
+    }
     const inst = this.ready.pop();
     if (inst) this.counts.hits++;
     else if (this.o.size > 0) this.counts.misses++;
@@ -152,9 +236,40 @@ export class InboundPool {
     return inst;
   }
 
-  /** Loads instances in the background, one at a time, up to size. Idempotent. */
+  /**
+   * The template for the prog array pinned now; undefined when it cannot be
+   * loaded (reported; the ADD then loads its own and fails with the reason).
+   * A prog array replaced under its pin (a later load made a new one) gets a
+   * new template: stubs must tail-call the array the shared program is in.
+   */
+  private stubTemplate(): StubTemplate | undefined {
+    const id = pinnedMapId(this.o.mapsDir, INBOUND_TAIL_MAP);
+    if (this.template && this.template.tailId === id) return this.template;
+    this.template?.close();
+    this.template = undefined;
+    try {
+      this.template = new StubTemplate(this.o.mapsDir);
+      this.counts.templates++;
+    } catch (e) {
+      this.counts.failed++;
+      this.o.onError?.(e as Error);
+    }
+    return this.template;
+  }
+
+  /** Kernel id of the template's own program (never attached); undefined without one. */
+  templateProgId(): number | undefined {
+    return this.template?.progId;
+  }
+
+  /** Loads instances in the background, one at a time, up to size (whole ones; where pods get stubs, the template). Idempotent. */
   fill(): void {
-    if (this.closed || this.filling || this.ready.length >= this.o.size) return;
+    if (this.closed || this.filling) return;
+    if (inboundSharedReady(path.dirname(this.o.mapsDir))) {
+      this.stubTemplate();
+      return;
+    }
+    if (this.ready.length >= this.o.size) return;
     this.filling = this.run().finally(() => {
       this.filling = null;
     });
@@ -171,7 +286,7 @@ export class InboundPool {
       let inst: InboundInstance;
       try {
         this.sizes ??= pinnedSizes(this.o.mapsDir);
-        inst = await loadInboundInstance(this.o.mapsDir, this.sizes);
+        inst = await loadWhole(this.o.mapsDir, this.sizes);
       } catch (e) {
         // Stop until the next take(): a kernel that refuses the object
         // refuses it every time, and the ADD that loads its own reports why.
@@ -181,14 +296,12 @@ export class InboundPool {
         this.o.onError?.(e as Error);
         return;
       }
-      // A whole program must read the owner's mc_pods; a stub must use the
-      // prog array pinned now (one whose pin is gone was emptied by the kernel).
-      const current = inst.kind === 'whole' ? this.o.podsMapId : pinnedMapId(this.o.mapsDir, INBOUND_TAIL_MAP);
-      if (this.closed || inst.mapId !== current) {
+      // A whole program must read the owner's mc_pods.
+      if (this.closed || inst.mapId !== this.o.podsMapId) {
         // Closed meanwhile, or the maps were replaced under the pins: the
         // owner is about to be replaced too.
         if (!this.closed) this.counts.discarded++;
-        inst.obj.close();
+        inst.close();
         return;
       }
       this.counts.loaded++;
@@ -196,14 +309,18 @@ export class InboundPool {
     }
   }
 
-  /** Kernel ids of the waiting programs (tests: they must be gone after close). */
+  /** Kernel ids of the waiting programs and the template's (tests: they must be gone after close). */
   programIds(): number[] {
-    return this.ready.map((i) => bpf.progInfo(i.progFd).id);
+    const ids = this.ready.map((i) => bpf.progInfo(i.progFd).id);
+    if (this.template) ids.push(this.template.progId);
+    return ids;
   }
 
-  /** Frees every waiting instance (nothing of them is attached or pinned). Idempotent. */
+  /** Frees every waiting instance and the template (nothing of them is attached or pinned). Idempotent. */
   close(): void {
     this.closed = true;
-    for (const inst of this.ready.splice(0)) inst.obj.close();
+    for (const inst of this.ready.splice(0)) inst.close();
+    this.template?.close();
+    this.template = undefined;
   }
 }

@@ -1,8 +1,10 @@
 // The agent's pool of pod inbound programs (src/pod-datapath/inbound-pool.ts):
-// a meshed pod gets an instance loaded before its ADD, which captures exactly
-// as one loaded for it; waiting instances are attached and pinned nowhere
-// and are gone from the kernel once the pool closes; a pod's link pinned by
-// an older meshcap (netns cookie as a .rodata constant) is adopted as it is.
+// a meshed pod gets a stub made from the pool's template (its cookie an
+// immediate), which captures exactly as one loaded for it; two pods' stubs
+// each carry their own cookie (each pod's own config decides); the template
+// is attached and pinned nowhere and is gone from the kernel once the pool
+// closes; a pod's link pinned by an older meshcap (netns cookie as a .rodata
+// constant) is adopted as it is.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -49,12 +51,13 @@ describeEbpf('pod inbound program pool', () => {
   beforeAll(async () => {
     await loadDatapath({ pinRoot });
     const cl = await lab.netns('plcli');
-    for (let i = 0; i < 3; i++) {
+    for (let i = 0; i < 4; i++) {
       const p = await lab.netns(`plpod${i}`);
       const ip = `198.18.${40 + i}.1`;
       await lab.link(p.name, cl.name, { a4: [`${ip}/24`], b4: [`198.18.${40 + i}.2/24`] });
       const app = await lab.agent(p.name);
       await app.listen('0.0.0.0', 8080);
+      if (i === 3) await app.listen('0.0.0.0', 8081);
       pods.push({ ...p, ip });
     }
     client = await lab.agent(cl.name);
@@ -69,32 +72,38 @@ describeEbpf('pod inbound program pool', () => {
 
   const inbound = (i: number) => proxies[i]!.accepts().filter((a) => a.listener === 'inbound').map((a) => a.orig);
 
-  it('hands a loaded instance to a meshed pod, which captures its inbound; the pool loads the next one', async () => {
+  const linkedProg = (cookie: bigint) => {
+    const fd = bpf.objGet(pinLayout(pinRoot).podInbound(cookie));
+    try {
+      return bpf.linkInfo(fd).progId;
+    } finally {
+      bpf.closeFd(fd);
+    }
+  };
+
+  it('makes a meshed pod\'s stub from its template (loaded once, nothing preloaded per pod), which captures its inbound', async () => {
     be = new EbpfBackend(pinRoot, { inboundPool: 2 });
     const pool = be.inboundPool!;
     await pool.filled();
-    expect(pool.available).toBe(2);
-    const waiting = pool.programIds();
-    for (const id of waiting) expect(await progExists(id)).toBe(true);
-    // nothing of a waiting instance is pinned under the pin root
+    // a stub carries its pod's cookie, so none is loaded ahead: the pool holds the template only
+    expect(pool.available).toBe(0);
+    expect(pool.counts.templates).toBe(1);
+    const template = pool.templateProgId()!;
+    expect(await progExists(template)).toBe(true);
+    expect(pool.programIds()).toEqual([template]);
+    // nothing of the template is pinned under the pin root
     expect(readdirSync(pinLayout(pinRoot).pods)).toEqual([]);
 
     const pod = pods[0]!;
     const cookie = await be.register({ netns: pod.path, config: istioCapture({ ips: [pod.ip], ipv6: false }), podIPs: [pod.ip] });
-    expect(pool.counts.hits).toBe(1);
-    const fd = bpf.objGet(pinLayout(pinRoot).podInbound(cookie));
-    const progId = bpf.linkInfo(fd).progId;
-    bpf.closeFd(fd);
-    expect(waiting).toContain(progId);
+    expect(pool.counts.stubs).toBe(1);
+    expect(linkedProg(cookie)).not.toBe(template);
 
     proxies[0] = await lab.proxy(pod.name);
     expect((await client.connect(pod.ip, 8080, 'pooled')).data).toBe(`${pod.ip}:8080|pooled`);
     expect(inbound(0)).toEqual([`${pod.ip}:8080`]);
     expect(be.stats(cookie)!.inbound).toBe(1n);
-
-    await pool.filled();
-    expect(pool.available).toBe(2);
-    expect(pool.counts.loaded).toBe(3);
+    expect(pool.counts.templates, 'the template is reused while the prog array stays').toBe(1);
   }, scaled(60_000));
 
   it('an empty pool makes the ADD load its own instance, which captures the same', async () => {
@@ -102,18 +111,45 @@ describeEbpf('pod inbound program pool', () => {
     pool.close(); // closed: take() finds nothing and loads nothing
     const pod = pods[1]!;
     const cookie = await be!.register({ netns: pod.path, config: istioCapture({ ips: [pod.ip], ipv6: false }), podIPs: [pod.ip] });
-    expect(pool.counts.hits).toBe(1);
+    expect(pool.counts.stubs).toBe(1);
     proxies[1] = await lab.proxy(pod.name);
     expect((await client.connect(pod.ip, 8080, 'own')).data).toBe(`${pod.ip}:8080|own`);
     expect(inbound(1)).toEqual([`${pod.ip}:8080`]);
     expect(be!.checkEntries(cookie, istioCapture({ ips: [pod.ip], ipv6: false }), [pod.ip])).toEqual([]);
   }, scaled(60_000));
 
-  it('closing the backend frees every waiting program; pods keep their capture', async () => {
+  it('two pods\' stubs carry their own cookies: each pod\'s own config decides, capture goes to its own proxy', async () => {
+    const pod = pods[3]!;
+    // captured: 8080; not: 8081 (pod 0 captures every port, so pod 0's cookie here would capture 8081;
+    // a cookie of no pod captures nothing, so 8080 would reach the app directly)
+    const cfg = istioCapture({ ips: [pod.ip], ipv6: false, annotations: { 'traffic.sidecar.istio.io/excludeInboundPorts': '8081' } });
+    const cookie = await be!.register({ netns: pod.path, config: cfg, podIPs: [pod.ip] });
+    const cookie0 = await netnsCookie(pods[0]!.path);
+    const [p0, p3] = [linkedProg(cookie0), linkedProg(cookie)].map((id) => {
+      const fd = bpf.progGetFdById(id);
+      try {
+        return bpf.progInfo(fd);
+      } finally {
+        bpf.closeFd(fd);
+      }
+    });
+    expect(p3!.name).toBe(p0!.name);
+    expect(p3!.tag, 'each stub has its own immediate').not.toBe(p0!.tag);
+    proxies[3] = await lab.proxy(pod.name);
+    expect((await client.connect(pod.ip, 8080, 'own')).data).toBe(`${pod.ip}:8080|own`);
+    expect((await client.connect(pod.ip, 8081, 'excluded')).data).toBe(`${pod.ip}:8081|excluded`);
+    expect(inbound(3)).toEqual([`${pod.ip}:8080`]);
+    expect((await client.connect(pods[0]!.ip, 8080, 'zero')).data).toBe(`${pods[0]!.ip}:8080|zero`);
+    expect(inbound(0).at(-1)).toBe(`${pods[0]!.ip}:8080`);
+    expect(inbound(3), 'pod 0\'s connection went to pod 0\'s proxy only').toHaveLength(1);
+    be!.remove(cookie);
+  }, scaled(60_000));
+
+  it('closing the backend frees the template; pods keep their capture', async () => {
     const other = new EbpfBackend(pinRoot, { inboundPool: 3 });
     await other.inboundPool!.filled();
     const waiting = other.inboundPool!.programIds();
-    expect(waiting).toHaveLength(3);
+    expect(waiting, 'the template only: stubs are made per pod').toHaveLength(1);
     other.close();
     for (const id of waiting) expect(await progGone(id), `program ${id} of the closed pool is still loaded`).toBe(true);
     // the pods' links hold their own instances

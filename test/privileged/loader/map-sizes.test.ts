@@ -64,13 +64,13 @@ describeEbpf('LRU map sizes', () => {
     report('262,144 each (the sizes before issue 19)', mapsA);
 
     // a pod's inbound program carries the maps too: it must take the pinned sizes
-    const inst = await loadInboundInstance(pinLayout(root).maps);
-    inst.obj.close();
+    const inst = await loadInboundInstance(pinLayout(root).maps, 0n);
+    inst.close();
     // the agent's pool reads the pins' sizes once and hands them to each load
     const sizes = pinnedSizes(pinLayout(root).maps);
     expect(Object.fromEntries(sizes)).toEqual(A);
-    const pooled = await loadInboundInstance(pinLayout(root).maps, sizes);
-    pooled.obj.close();
+    const pooled = await loadInboundInstance(pinLayout(root).maps, 0n, sizes);
+    pooled.close();
 
     const second = await meshcap('load', ...state, ...sizeArgs(B));
     expect(second.exitCode, second.stderr).toBe(0);
