@@ -165,8 +165,12 @@ MC_INLINE __u16 mc_connect(struct bpf_sock_addr *ctx, struct bpf_sock *sk, __u64
  * Source address as under REDIRECT: routing picked the pod's address for the
  * original destination before NAT, so the app's getsockname() and the proxy's
  * peer are the pod's address. Binding it before the rewrite to loopback keeps
- * that (port 0: the port is picked at connect, as IP_BIND_ADDRESS_NO_PORT). A
- * socket the app bound itself refuses (EINVAL) and keeps its own address.
+ * that (port 0: the port is picked at connect, as IP_BIND_ADDRESS_NO_PORT).
+ * Only for a socket with no local address yet (the callers check): under
+ * REDIRECT a socket the app bound keeps its address, and bpf_bind would not
+ * refuse one bound with IP_BIND_ADDRESS_NO_PORT (no port yet, so __inet_bind
+ * takes it as unbound) but replace the app's address with the pod's first.
+ * (A socket bound with a port is refused, EINVAL, either way.)
  */
 MC_INLINE void mc_bind_pod4(struct bpf_sock_addr *ctx, const struct mc_pod *pod)
 {
@@ -315,7 +319,8 @@ int mc_connect4(struct bpf_sock_addr *ctx)
 	netns = bpf_get_netns_cookie(ctx);
 	to = mc_connect(ctx, sk, netns, dst, src, bpf_ntohs(ctx->user_port), tcp, &pod);
 	if (to && pod) {
-		mc_bind_pod4(ctx, pod);
+		if (mc_is_unspecified(src))
+			mc_bind_pod4(ctx, pod);
 		ctx->user_ip4 = tcp && to == pod->outbound_port ? mc_loopback_for4(ctx, netns, pod, dst, bpf_ntohs(ctx->user_port), to) : bpf_htonl(0x7f000001);
 		ctx->user_port = bpf_htons(to);
 	}
@@ -348,7 +353,8 @@ int mc_connect6(struct bpf_sock_addr *ctx)
 	netns = bpf_get_netns_cookie(ctx);
 	to = mc_connect(ctx, sk, netns, dst, src, bpf_ntohs(ctx->user_port), tcp, &pod);
 	if (to && pod) {
-		mc_bind_pod6(ctx, pod, mc_is_v4mapped(dst));
+		if (mc_is_unspecified(src))
+			mc_bind_pod6(ctx, pod, mc_is_v4mapped(dst));
 		/* REDIRECT semantics: locally generated traffic goes to 127.0.0.1 / ::1;
 		 * a v4-mapped destination stays v4-mapped. */
 		if (mc_is_v4mapped(dst)) {
