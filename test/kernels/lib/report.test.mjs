@@ -63,6 +63,10 @@ describe('verifier lines', () => {
     const e = "NativeError: bpf_object__load prog 'mc_sockops' of sockops.bpf.o: Invalid argument (EINVAL): unknown func bpf_get_netns_cookie#122";
     expect(verifierLines([e, ' FAIL  a', `  ${e}`, e])).toEqual([e]);
   });
+  it('leaves out the probe\'s refusal of eBPF mode, which quotes the trial load', () => {
+    const refusal = "eBPF mode: skipped, this kernel cannot run it: meshcap: eBPF mode refused on this node: objects.verified missing (needs Linux 5.15+): sockops.bpf.o: unknown func bpf_get_netns_cookie#122";
+    expect(verifierLines([refusal, `    ${refusal}`, ' FAIL  x.test.ts > y'])).toEqual([]);
+  });
   it('is empty when nothing was rejected', () => {
     expect(verifierLines([' FAIL  x.test.ts > y', 'AssertionError: expected 1 to be 2'])).toEqual([]);
   });
