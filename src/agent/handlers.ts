@@ -16,7 +16,7 @@ import type { Mode } from '../loader/mode.js';
 import { CaptureConfigError } from '../redirect/config.js';
 import { MapFullError } from '../maps/map-full.js';
 import { KeyedLock } from './keyed-lock.js';
-import { configOf, cookieOf, settingsOf, sharedConfig, STATE_VERSION, type AttachmentRecord, type StateStore } from './state-store.js';
+import { configOf, cookieOf, recordSettings, sharedConfig, STATE_VERSION, type AttachmentRecord, type StateStore } from './state-store.js';
 
 /** meshcap's own codes (the spec leaves 100+ to plugins). */
 export const AGENT_ERROR_CODES = {
@@ -157,7 +157,7 @@ export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { remove
         mode: decision.mode,
         ...(decision.fallbackReason ? { modeReason: decision.fallbackReason } : {}),
         profile: decision.profile,
-        settings: settingsOf(config),
+        settings: recordSettings(config),
         podIPs: decision.podIPs,
         createdAt: prev?.createdAt ?? new Date().toISOString(),
       };

@@ -83,12 +83,24 @@ export function configOf(rec: AttachmentRecord): CaptureConfig {
  * decideAdd's are), which is what configOf would build from them.
  */
 export function sharedConfig(cfg: CaptureConfig): CaptureConfig {
-  const key = JSON.stringify(settingsOf(cfg));
-  const known = configs.get(key);
-  if (known) return known;
-  if (configs.size >= CONFIGS_KEPT) configs.clear();
-  configs.set(key, cfg);
-  return cfg;
+  const settings = settingsOf(cfg);
+  const key = JSON.stringify(settings);
+  let known = configs.get(key);
+  if (!known) {
+    if (configs.size >= CONFIGS_KEPT) configs.clear();
+    configs.set(key, cfg);
+    known = cfg;
+  }
+  // its record's settings, interned with the key already made (put() then needs no second JSON)
+  if (!settingsOfShared.has(known)) settingsOfShared.set(known, internKeyed(key, settings));
+  return known;
+}
+
+const settingsOfShared = new WeakMap<CaptureConfig, CaptureSettings>();
+
+/** A record's settings for cfg: the interned ones for a config from sharedConfig, else settingsOf(cfg). */
+export function recordSettings(cfg: CaptureConfig): CaptureSettings {
+  return settingsOfShared.get(cfg) ?? settingsOf(cfg);
 }
 
 /**
@@ -103,13 +115,21 @@ export function sharedConfig(cfg: CaptureConfig): CaptureConfig {
  */
 const sharedSettings = new Map<string, CaptureSettings>();
 
+/** The interned objects themselves: interning one again is a lookup, not a JSON. */
+const interned = new WeakSet<CaptureSettings>();
+
 export function internSettings(settings: CaptureSettings): CaptureSettings {
-  const key = JSON.stringify(settings);
+  if (interned.has(settings)) return settings;
+  return internKeyed(JSON.stringify(settings), settings);
+}
+
+function internKeyed(key: string, settings: CaptureSettings): CaptureSettings {
   let shared = sharedSettings.get(key);
   if (!shared) {
     shared = deepFreeze(structuredClone(settings));
     if (sharedSettings.size >= CONFIGS_KEPT) sharedSettings.clear();
     sharedSettings.set(key, shared);
+    interned.add(shared);
   }
   return shared;
 }

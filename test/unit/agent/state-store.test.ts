@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { configOf, cookieOf, readRecords, settingsOf, sharedConfig, StateStore, STATE_VERSION, type AttachmentRecord } from '../../../src/agent/state-store.js';
+import { configOf, cookieOf, internSettings, readRecords, recordSettings, settingsOf, sharedConfig, StateStore, STATE_VERSION, type AttachmentRecord } from '../../../src/agent/state-store.js';
 import { istioCapture } from '../../helpers/pods.js';
 
 let dir: string;
@@ -86,6 +86,12 @@ describe('StateStore', () => {
     expect(sharedConfig(again)).toBe(shared);
     expect(shared).toEqual(again);
     expect(configOf(rec('c9', { settings: settingsOf(again) }))).toBe(shared);
+    // its record settings: the interned (frozen, shared) object, equal to settingsOf
+    const settings = recordSettings(shared);
+    expect(settings).toEqual(settingsOf(first));
+    expect(Object.isFrozen(settings)).toBe(true);
+    expect(internSettings(settings)).toBe(settings);
+    expect(internSettings(settingsOf(again))).toBe(settings);
     // other settings: another object, built from them
     const other = sharedConfig(istioCapture({ annotations: { 'traffic.sidecar.istio.io/excludeOutboundPorts': '7172' } }));
     expect(other).not.toBe(shared);
