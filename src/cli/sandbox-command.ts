@@ -37,7 +37,7 @@ export function registerSandboxCommand(program: Command): void {
     .addOption(new Option('--meshed <n>', 'meshed pods').default('3'))
     .addOption(new Option('--connections <n>', 'connections each client pod makes per mode').default('60'))
     .addOption(new Option('--interval-ms <ms>', 'pause between a pod\'s connections').default('100'))
-    .addOption(new Option('--startup-timeout-ms <ms>', 'how long the agent, each sidecar and the server may take to start (slow or emulated machines)').default('60000'))
+    .addOption(new Option('--startup-timeout-ms <ms>', 'how long the agent, each sidecar and the server may take to start (slow or emulated machines); the CNI, podman and per-connection deadlines stretch by the same factor over 60000').default('60000'))
     .option('--json', 'print the full report as JSON on stdout (the live output goes to stderr)')
     .option('--verbose', 'print every check, not only failed ones')
     .action(async (o: SandboxFlags) => {
