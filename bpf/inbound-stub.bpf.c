@@ -7,10 +7,12 @@
  * pod still needs a program of its own; this one is a few instructions, so
  * the verifier's work per pod is near nothing (docs/datapath.md).
  *
- * The object is loaded once per datapath load as a template; each pod's stub
- * is the template's final instructions with the cookie patched into the one
- * ld_imm64 carrying MC_NETNS_MAGIC, loaded by a single BPF_PROG_LOAD
- * (native/addon/src/prog_template.cc).
+ * The object is loaded once per prog array as a template; each stub is the
+ * template's final instructions with the one ld_imm64 of mc_stub_netns (the
+ * .bss) pointed at a fresh 1-entry array of its own, loaded by a single
+ * BPF_PROG_LOAD (native/addon/src/prog_template.cc). The agent keeps a few
+ * loaded ahead and writes the pod's cookie into that array at ADD, before
+ * the link exists (src/pod-datapath/inbound-pool.ts).
  */
 #define BPF_NO_PRESERVE_ACCESS_INDEX
 #include "vmlinux.h"
@@ -22,12 +24,9 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* Stands for the pod's netns cookie: the agent replaces this immediate with
- * the cookie in its copy of the instructions. Inline asm so that the compiler
- * emits exactly one ld_imm64 with it (no folding, no split into halves). */
-#define MC_NETNS_MAGIC 0x6d636e65746e7321 /* "mcnetns!"; src/pod-datapath/inbound-pool.ts */
-#define MC_STR_(x) #x
-#define MC_STR(x) MC_STR_(x)
+/* The pod's netns cookie, in the stub's own map (each instance gets its own
+ * array in place of the .bss). 0: no pod yet, so nothing is captured. */
+__u64 mc_stub_netns SEC(".bss");
 
 SEC("sk_lookup")
 int mc_inbound_pod(struct bpf_sk_lookup *ctx)
@@ -38,10 +37,12 @@ int mc_inbound_pod(struct bpf_sk_lookup *ctx)
 
 	if (ctx->protocol != IPPROTO_TCP)
 		return SK_PASS;
+	netns = *(volatile __u64 *)&mc_stub_netns;
+	if (!netns)
+		return SK_PASS;
 	a = bpf_map_lookup_elem(&mc_inbound_arg, &zero);
 	if (!a)
 		return SK_DROP; /* cannot happen: key 0 of a 1-entry array */
-	asm volatile("%0 = " MC_STR(MC_NETNS_MAGIC) " ll" : "=r"(netns));
 	a->netns = netns;
 	bpf_tail_call(ctx, &mc_inbound_tail, MC_INBOUND_SLOT);
 

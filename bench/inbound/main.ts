@@ -3,9 +3,10 @@
 // a whole mc_inbound per pod (bpf/inbound.bpf.c, before issue 19):
 //   - load: wall and this process's CPU time (libuv thread included) per
 //     program loaded, and the kernel's verified_insns / xlated size of each
-//     (bpftool). Three ways: `template` (what an ADD does now: the stub's
-//     instructions from a template loaded once, cookie patched, one raw
-//     BPF_PROG_LOAD), `stub` (the stub object loaded through libbpf, as the
+//     (bpftool). Three ways: `template` (what the pool's refill and an ADD
+//     do now: the stub's instructions from a template loaded once, a fresh
+//     1-entry array in place of its .bss, one raw BPF_PROG_LOAD, the cookie
+//     written into the array), `stub` (the stub object loaded through libbpf, as the
 //     pool did before), `whole` (libbpf, as a pod gets where the kernel
 //     refuses the shared program);
 //   - per SYN: the program's own CPU per captured connection (kernel.bpf_stats_enabled
@@ -21,7 +22,7 @@ import { loadDatapath, uninstallDatapath } from '../../src/loader/datapath.js';
 import { readFdinfo } from '../../src/loader/fdinfo.js';
 import { INBOUND_STUB_OBJECT, INBOUND_STUB_PROGRAM, objectPath, pinLayout } from '../../src/loader/manifest.js';
 import { cleanupOnSignals, Lab } from '../../src/lab/index.js';
-import { loadInboundInstance, StubTemplate, type InboundInstance } from '../../src/pod-datapath/inbound-pool.js';
+import { loadInboundInstance, setInstanceNetns, StubTemplate, type InboundInstance } from '../../src/pod-datapath/inbound-pool.js';
 import { EbpfBackend } from '../../src/pod-datapath/ebpf.js';
 import { netnsCookie } from '../../src/pod-netns.js';
 import { istioCapture } from '../../test/helpers/pods.js';
@@ -66,7 +67,14 @@ async function libbpfStub(): Promise<InboundInstance> {
   const obj = bpf.openObject(objectPath(INBOUND_STUB_OBJECT), { mapPinDir: L.maps });
   await obj.load();
   const fd = obj.programs().find((p) => p.name === INBOUND_STUB_PROGRAM)!.fd;
-  return { kind: 'stub', progFd: fd, netnsMapFd: -1, netns: 0n, mapId: 0, close: () => obj.close() };
+  return { kind: 'stub', progFd: fd, netnsMapFd: -1, mapId: 0, close: () => obj.close() };
+}
+
+/** What the pool's refill does (map create + raw load) and then the ADD (the cookie written). */
+function templateStub(t: StubTemplate, netns: bigint): InboundInstance {
+  const inst = t.instance();
+  setInstanceNetns(inst, netns);
+  return inst;
 }
 
 async function loadCost(kind: 'template' | 'stub' | 'whole') {
@@ -76,7 +84,7 @@ async function loadCost(kind: 'template' | 'stub' | 'whole') {
     const t0 = performance.now();
     // template: the one libbpf load of the template is counted in (it is per datapath load, not per pod)
     const template = kind === 'template' ? new StubTemplate(L.maps) : undefined;
-    for (let i = 0; i < LOADS; i++) insts.push(template ? template.instance(BigInt(i + 1)) : kind === 'stub' ? await libbpfStub() : await loadInboundInstance(L.maps, BigInt(i + 1)));
+    for (let i = 0; i < LOADS; i++) insts.push(template ? templateStub(template, BigInt(i + 1)) : kind === 'stub' ? await libbpfStub() : await loadInboundInstance(L.maps, BigInt(i + 1)));
     const wall = (performance.now() - t0) / LOADS;
     const c = process.cpuUsage(c0);
     template?.close();

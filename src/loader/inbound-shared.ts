@@ -8,7 +8,7 @@
 import { existsSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
 import path from 'node:path';
 import * as bpf from '../native/addon.js';
-import { StubTemplate } from '../pod-datapath/inbound-pool.js';
+import { setInstanceNetns, StubTemplate } from '../pod-datapath/inbound-pool.js';
 import { INBOUND_SHARED_OBJECT, INBOUND_SHARED_PROGRAM, INBOUND_STUB_PROGRAM, INBOUND_TAIL_MAP, objectPath, pinLayout } from './manifest.js';
 import type { MapSizeState } from './map-sizes.js';
 
@@ -92,8 +92,8 @@ export async function loadInboundShared(pinRoot: string, sizes: MapSizeState[], 
  * the kernel emptied when its pin went (they refuse captured connections
  * then): give each such pod a new stub, in place (bpf_link_update: the link
  * never runs without a program). A stub is known by its name and by using the
- * pinned mc_inbound_arg (each stub has its own tag: its cookie is an
- * immediate; stubs of the libbpf-loaded build match too); whole programs
+ * pinned mc_inbound_arg (stubs of older builds, cookie an immediate or in a
+ * libbpf-loaded .bss, match too; each gets a new one); whole programs
  * (older meshcap, or a kernel without the shared one) need no slot and stay.
  */
 async function relinkStubs(pinRoot: string): Promise<number> {
@@ -108,8 +108,9 @@ async function relinkStubs(pinRoot: string): Promise<number> {
       const fd = bpf.objGet(L.podInbound(BigInt(c)));
       try {
         if (!isStub(bpf.linkInfo(fd).progId, argId)) continue;
-        const stub = template.instance(BigInt(c));
+        const stub = template.instance();
         try {
+          setInstanceNetns(stub, BigInt(c));
           bpf.linkUpdate(fd, stub.progFd);
         } catch {
           continue; // a link whose netns is gone (ENOLINK) has nothing to capture

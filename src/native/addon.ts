@@ -161,6 +161,7 @@ interface Binding {
   ProgTemplate: new (path: string, opts: ProgTemplateOptions) => ProgTemplate;
   progMapIds(fd: number): number[];
   progGetFdById(id: number): number;
+  instanceSetU64(mapFd: number, value: bigint): void;
   mapInfo(fd: number): KernelMapInfo;
   objPin(fd: number, path: string): void;
   objGet(path: string): number;
@@ -266,29 +267,32 @@ export interface ProgTemplateOptions {
   /** Non-internal maps are reused from (or created and pinned at) mapPinDir/<name>, as openObject's. */
   mapPinDir: string;
   program: string;
-  /** The 64-bit immediate of the one ld_imm64 (src_reg 0) that instantiate() replaces. */
-  magic: bigint;
   /** Passed to each BPF_PROG_LOAD (libbpf 1.1 has no getter for the object's). */
   license: string;
 }
 
 /**
  * One program of an object loaded once through libbpf (native/addon/src/prog_template.cc),
- * then loaded again per instance from its final instructions with the magic replaced.
+ * then loaded again per instance from its final instructions, its one reference to
+ * the object's .bss pointed at a fresh 1-entry array of its own.
  */
 export interface ProgTemplate {
   readonly insnCount: number;
-  /** The template's own program (libbpf's load, the magic in place); owned by the template. */
+  /** The template's own program (libbpf's load, reading the template's .bss); owned by the template. */
   readonly progFd: number;
-  /** One BPF_PROG_LOAD (synchronous, ~0.1 ms); returns a program fd the caller closes. NativeError with the verifier log. */
-  instantiate(value: bigint): number;
+  /** One BPF_MAP_CREATE + one BPF_PROG_LOAD (synchronous, ~0.1 ms): the instance and its own .bss (zeroed), fds the caller closes. NativeError with the verifier log. */
+  instantiate(): { progFd: number; mapFd: number };
   /** Closes the template's object and its map fds (instances keep their own references). Idempotent. */
   close(): void;
 }
 
-/** Loads the template synchronously (a libbpf open + load); throws when the program has not exactly one ld_imm64 of the magic. */
+/** Loads the template synchronously (a libbpf open + load); throws when the program has not exactly one ld_imm64 of its object's .bss. */
 export function loadProgTemplate(path: string, opts: ProgTemplateOptions): ProgTemplate {
   return new native.ProgTemplate(path, opts);
+}
+/** Key 0 of a 1-entry array of 8-byte values := value (a template instance's own .bss; one info + one update syscall, no /proc read). */
+export function instanceSetU64(mapFd: number, value: bigint): void {
+  native.instanceSetU64(mapFd, value);
 }
 /** Ids of the maps a program uses (bpf_prog_info.map_ids). */
 export function progMapIds(fd: number): number[] {

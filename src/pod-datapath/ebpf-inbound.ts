@@ -3,8 +3,8 @@
 // to the pod's netns through a pinned bpf_link at
 // <pin root>/pods/<cookie>/inbound. Since issue 19 it is a stub that
 // tail-calls the node's shared program (src/loader/inbound-shared.ts), its
-// cookie an immediate: made per ADD from the agent's pool's template with one
-// BPF_PROG_LOAD (inbound-pool.ts).
+// cookie in a 1-entry array of its own: the agent's pool keeps a few loaded
+// ahead and an ADD writes the cookie into one, then links it (inbound-pool.ts).
 import { existsSync, mkdirSync, rmdirSync, rmSync, statSync } from 'node:fs';
 import * as bpf from '../native/addon.js';
 import { ForeignPinError } from '../loader/datapath.js';
@@ -14,20 +14,23 @@ import { loadInboundInstance, setInstanceNetns, type InboundPool } from './inbou
 
 export interface InboundLink {
   pin: string;
-  linkId: number;
+  /** The adopted link's id; null for a link made now (not asked: one syscall less per ADD). */
+  linkId: number | null;
   action: 'created' | 'adopted';
 }
 
 /**
  * Attach (or adopt) the pod's inbound program. Idempotent for the same netns.
  * A link pinned by an older meshcap (a whole mc_inbound per pod, cookie in
- * .bss or as a .rodata constant) is adopted the same way: it decides as the
- * shared program does, from the same pinned maps.
+ * .bss or as a .rodata constant, or a stub with its cookie an immediate) is
+ * adopted the same way: it decides as the shared program does, from the same
+ * pinned maps.
  */
 export async function attachPodInbound(pinRoot: string, netns: bigint, netnsPath: string, pool?: InboundPool): Promise<InboundLink> {
   const L = pinLayout(pinRoot);
   const pin = L.podInbound(netns);
-  if (existsSync(pin)) {
+  // A new pod directory holds no pin: only an existing one is looked into.
+  if (!makePodDir(L.podDir(netns)) && existsSync(pin)) {
     const netnsIno = statSync(netnsPath).ino;
     const fd = bpf.objGet(pin);
     try {
@@ -40,21 +43,37 @@ export async function attachPodInbound(pinRoot: string, netns: bigint, netnsPath
     // A link for a netns that is gone (cookies are never reused, but be safe).
     rmSync(pin);
   }
-  mkdirSync(L.podDir(netns), { recursive: true });
-  const inst = pool?.take(netns) ?? (await loadInboundInstance(L.maps, netns));
+  const inst = pool?.take() ?? (await loadInboundInstance(L.maps));
   try {
     setInstanceNetns(inst, netns);
     const fd = bpf.linkCreateNetns(inst.progFd, netnsPath, bpf.consts.attachType.SK_LOOKUP!);
     try {
       bpf.objPin(fd, pin);
-      return { pin, linkId: bpf.linkInfo(fd).id, action: 'created' };
+      return { pin, linkId: null, action: 'created' };
     } finally {
       bpf.closeFd(fd);
     }
   } finally {
-    // The link (when made) holds the program (and a whole one its .bss). The
+    // The link (when made) holds the program and its cookie array. The
     // agent's own fds go after the ADD has answered (off the runtime's wait).
     setImmediate(() => inst.close());
+  }
+}
+
+/**
+ * The pod's pin directory; true when made now. One mkdir (recursive: a JS
+ * walk with a stat per level) unless <pin root>/pods is missing.
+ */
+function makePodDir(dir: string): boolean {
+  try {
+    mkdirSync(dir);
+    return true;
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST') return false;
+    if (code !== 'ENOENT') throw e;
+    mkdirSync(dir, { recursive: true });
+    return true;
   }
 }
 

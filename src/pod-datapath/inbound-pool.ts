@@ -2,16 +2,18 @@
 // node's shared program is in place (src/loader/inbound-shared.ts), a pod's
 // program is a stub (bpf/inbound-stub.bpf.c: names its pod, tail-calls the
 // shared mc_inbound_main) and is loaded raw: the stub object is loaded once
-// through libbpf as a template (StubTemplate, native/addon/src/prog_template.cc),
-// and each pod gets the template's final instructions with its netns cookie
-// patched into one immediate, one BPF_PROG_LOAD (~0.1 ms of CPU, against
-// ~0.4-0.5 ms for a libbpf load of the object; docs/bench-cni.md). That is
-// cheap enough to do on the ADD path, so stubs are never preloaded.
+// per prog array through libbpf as a template (StubTemplate,
+// native/addon/src/prog_template.cc), and each stub is the template's final
+// instructions with its .bss replaced by a fresh 1-entry array of its own (one
+// BPF_MAP_CREATE + one BPF_PROG_LOAD, ~0.1 ms of CPU, against ~0.4-0.5 ms for
+// a libbpf load; docs/bench-cni.md). The pool keeps a few loaded ahead (the
+// array still 0: such a stub captures nothing) and makes the next ones in the
+// background; an ADD writes its pod's cookie into one (one map update) before
+// linking it.
 //
 // Where the kernel refused the shared program, a pod gets a whole
 // bpf/inbound.bpf.c (~1.6 ms of CPU to load, the cookie in its .bss). Those
-// the pool keeps loaded ahead of the pods, cookie not written yet, and loads
-// the next ones in the background, one at a time, after an ADD took one.
+// the pool keeps loaded ahead the same way, one libbpf load at a time.
 //
 // Neither a template nor a waiting instance is attached or pinned anywhere:
 // they live on the agent's fds only, so closing the pool (agent stop, or a
@@ -19,7 +21,7 @@
 // set of pinned maps) or the agent dying frees them.
 import * as bpf from '../native/addon.js';
 import path from 'node:path';
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { INBOUND_SHARED_PROGRAM, INBOUND_STUB_OBJECT, INBOUND_STUB_PROGRAM, INBOUND_TAIL_MAP, POD_INBOUND_OBJECT, POD_INBOUND_PROGRAM, objectPath, pinLayout } from '../loader/manifest.js';
 import type { SizedMap } from '../loader/map-sizes.js';
 import { adoptPinnedSizes, pinnedSizes } from '../loader/pinned-map-sizes.js';
@@ -27,8 +29,6 @@ import { MAP } from '../maps/layout.js';
 
 /** The variable in the .bss of inbound.bpf.c that holds the pod's netns cookie. */
 const NETNS_VAR = 'mc_netns';
-/** The immediate bpf/inbound-stub.bpf.c loads where the pod's cookie goes (MC_NETNS_MAGIC there). */
-export const STUB_NETNS_MAGIC = 0x6d636e65746e7321n;
 /** The stub's license (its LICENSE[]): a raw load passes it itself. */
 const STUB_LICENSE = 'Dual BSD/GPL';
 
@@ -37,10 +37,8 @@ export interface InboundInstance {
   /** stub: tail-calls the shared program; whole: bpf/inbound.bpf.c (the kernel refused the shared one). */
   kind: 'stub' | 'whole';
   progFd: number;
-  /** whole: the object's .bss (one array element: mc_netns); stub: -1 (its cookie is an immediate). */
+  /** The 1-entry array holding the pod's cookie (whole: the object's .bss, mc_netns; stub: its own mc_stub_netns), 0 until setInstanceNetns. */
   netnsMapFd: number;
-  /** stub: the cookie it was loaded with; whole: null (written by setInstanceNetns). */
-  netns: bigint | null;
   /** Kernel id of the map this instance depends on: mc_inbound_tail (stub) or mc_pods (whole). */
   mapId: number;
   /** Drops the agent's references (a link made from progFd keeps the program). */
@@ -51,34 +49,55 @@ export interface InboundInstance {
  * The stub object loaded once against the maps pinned in mapsDir (the shared
  * mc_inbound_arg and mc_inbound_tail): its fds keep those maps referenced by
  * the instructions every stub is made from. Good for as long as that prog
- * array is the pinned one; a load that replaces it needs a new template.
+ * array is the pinned one (current()); a load that replaces it needs a new
+ * template.
  */
 export class StubTemplate {
   private readonly t: bpf.ProgTemplate;
   /** Kernel id of the mc_inbound_tail the template's instructions use. */
   readonly tailId: number;
+  /** Inode of that prog array's pin: a new pin (a new array) is a new inode (bpffs never reuses one while the agent runs). */
+  private readonly tailIno: number;
+  private readonly tailPin: string;
 
   constructor(readonly mapsDir: string) {
-    this.t = bpf.loadProgTemplate(objectPath(INBOUND_STUB_OBJECT), { mapPinDir: mapsDir, program: INBOUND_STUB_PROGRAM, magic: STUB_NETNS_MAGIC, license: STUB_LICENSE });
+    this.tailPin = path.join(mapsDir, INBOUND_TAIL_MAP);
+    const ino = statSync(this.tailPin, { throwIfNoEntry: false })?.ino;
+    this.t = bpf.loadProgTemplate(objectPath(INBOUND_STUB_OBJECT), { mapPinDir: mapsDir, program: INBOUND_STUB_PROGRAM, license: STUB_LICENSE });
     try {
       const id = pinnedMapId(mapsDir, INBOUND_TAIL_MAP);
-      if (id === null) throw new Error(`${mapsDir}/${INBOUND_TAIL_MAP} is not pinned: load the datapath (meshcap load)`);
+      if (id === null || ino === undefined) throw new Error(`${this.tailPin} is not pinned: load the datapath (meshcap load)`);
       this.tailId = id;
+      this.tailIno = ino;
     } catch (e) {
       this.t.close();
       throw e;
     }
   }
 
-  /** Kernel id of the template's own program (loaded by libbpf with the magic as its cookie; never attached). */
+  /** True while the prog array pinned now is the template's: one stat, no fd. */
+  current(): boolean {
+    return statSync(this.tailPin, { throwIfNoEntry: false })?.ino === this.tailIno;
+  }
+
+  /** Kernel id of the template's own program (loaded by libbpf, its .bss 0; never attached). */
   get progId(): number {
     return bpf.progInfo(this.t.progFd).id;
   }
 
-  /** The pod's stub, cookie in place: one BPF_PROG_LOAD. */
-  instance(netns: bigint): InboundInstance {
-    const progFd = this.t.instantiate(netns);
-    return { kind: 'stub', progFd, netnsMapFd: -1, netns, mapId: this.tailId, close: () => bpf.closeFd(progFd) };
+  /** A stub with its own cookie array, still 0 (captures nothing until setInstanceNetns): one map create + one BPF_PROG_LOAD. */
+  instance(): InboundInstance {
+    const { progFd, mapFd } = this.t.instantiate();
+    return {
+      kind: 'stub',
+      progFd,
+      netnsMapFd: mapFd,
+      mapId: this.tailId,
+      close: () => {
+        bpf.closeFd(progFd);
+        bpf.closeFd(mapFd);
+      },
+    };
   }
 
   close(): void {
@@ -104,7 +123,7 @@ async function loadWhole(mapsDir: string, sizes?: ReadonlyMap<SizedMap, number>)
     }
     const dep = maps.find((m) => m.name === MAP.pods);
     if (!dep) throw new Error(`${file} does not use ${MAP.pods}: rebuild (npm run setup)`);
-    return { kind: 'whole', progFd: prog.fd, netnsMapFd: bss.fd, netns: null, mapId: bpf.mapInfo(dep.fd).id, close: () => obj.close() };
+    return { kind: 'whole', progFd: prog.fd, netnsMapFd: bss.fd, mapId: bpf.mapInfo(dep.fd).id, close: () => obj.close() };
   } catch (e) {
     obj.close();
     throw e;
@@ -124,15 +143,17 @@ export function inboundSharedReady(pinRoot: string): boolean {
  * the caller (a whole program carries those maps); without, read from the pins.
  */
 export async function loadInboundInstance(mapsDir: string, netns = 0n, sizes?: ReadonlyMap<SizedMap, number>): Promise<InboundInstance> {
+  let inst: InboundInstance;
   if (inboundSharedReady(path.dirname(mapsDir))) {
     const t = new StubTemplate(mapsDir);
     try {
-      return t.instance(netns);
+      inst = t.instance();
     } finally {
       t.close();
     }
+  } else {
+    inst = await loadWhole(mapsDir, sizes);
   }
-  const inst = await loadWhole(mapsDir, sizes);
   try {
     setInstanceNetns(inst, netns);
   } catch (e) {
@@ -160,13 +181,13 @@ function pinnedMapId(mapsDir: string, name: string): number | null {
 const KEY0 = Buffer.alloc(4);
 
 /**
- * Gives the instance its pod: written before the instance is linked into the
- * pod's netns, so it never runs with another cookie (and never with 0 there).
- * A stub was loaded with its pod's: only checked.
+ * Gives the instance its pod (one BPF_MAP_UPDATE_ELEM): written before the
+ * instance is linked into the pod's netns, so it never runs with another
+ * cookie (and never with 0 there: a stub with 0 passes everything).
  */
 export function setInstanceNetns(inst: InboundInstance, netns: bigint): void {
-  if (inst.kind === 'stub') {
-    if (inst.netns !== netns) throw new Error(`a stub loaded for netns cookie ${inst.netns} cannot serve ${netns}`);
+  if (inst.kind === 'stub' && inst.netnsMapFd >= 0) {
+    bpf.instanceSetU64(inst.netnsMapFd, netns);
     return;
   }
   const v = Buffer.alloc(8);
@@ -177,16 +198,19 @@ export function setInstanceNetns(inst: InboundInstance, netns: bigint): void {
 export interface InboundPoolOptions {
   /** Where the maps the instances read are pinned. */
   mapsDir: string;
-  /** Whole instances kept loaded (0: none; every ADD loads its own). Stubs are made per ADD from the pool's template. */
+  /** Instances kept loaded (stubs, or whole ones where the kernel refused the shared program; 0: none, every ADD loads its own). */
   size: number;
-  /** Kernel id of the mc_pods map the owner writes: an instance reading another one is never handed out. */
+  /** Kernel id of the mc_pods map the owner writes: a whole instance reading another one is never handed out. */
   podsMapId: number;
   /** A background load failed (the next take() tries again; ADDs load their own meanwhile). */
   onError?: (err: Error) => void;
 }
 
 export class InboundPool {
+  /** Whole instances waiting. */
   private ready: InboundInstance[] = [];
+  /** Stubs waiting, all made from this.template (closed with it). */
+  private stubs: InboundInstance[] = [];
   private filling: Promise<void> | null = null;
   private closed = false;
   private refillQueued = false;
@@ -194,7 +218,7 @@ export class InboundPool {
   private sizes: Map<SizedMap, number> | undefined;
   /** The stub template for the prog array pinned now (rebuilt when that changes). */
   private template: StubTemplate | undefined;
-  /** Counters for metrics and tests (hits/misses: whole instances; stubs: made from the template). */
+  /** Counters for metrics and tests (hits/misses: instances taken ready / loaded on the ADD; stubs: stubs taken). */
   readonly counts = { hits: 0, misses: 0, loaded: 0, failed: 0, discarded: 0, stubs: 0, templates: 0 };
 
   constructor(private readonly o: InboundPoolOptions) {}
@@ -205,46 +229,58 @@ export class InboundPool {
 
   /** Instances loaded and waiting. */
   get available(): number {
-    return this.ready.length;
+    return this.ready.length + this.stubs.length;
   }
 
   /**
-   * The pod's instance: where pods get stubs, one made now from the template
-   * (one BPF_PROG_LOAD); else a waiting whole instance, or undefined when none
-   * is ready (the caller loads one), refilled after this turn.
+   * The pod's instance, its cookie not written yet (setInstanceNetns): where
+   * pods get stubs, a waiting one or else one made now from the template (one
+   * BPF_PROG_LOAD); else a waiting whole instance, or undefined when none is
+   * ready (the caller loads one). Refilled after this turn.
    */
-  take(netns: bigint): InboundInstance | undefined {
+  take(): InboundInstance | undefined {
+    let inst: InboundInstance | undefined;
     if (!this.closed && inboundSharedReady(path.dirname(this.o.mapsDir))) {
       const t = this.stubTemplate();
       if (t) {
         this.counts.stubs++;
-        return t.instance(netns);
+        inst = this.stubs.pop();
+        if (inst) this.counts.hits++;
+        else {
+          if (this.o.size > 0) this.counts.misses++;
+          inst = t.instance();
+        }
       }
     }
-    const inst = this.ready.pop();
-    if (inst) this.counts.hits++;
-    else if (this.o.size > 0) this.counts.misses++;
-    // Not now: opening the object (ELF, ~0.1 ms, on this thread) would delay
-    // the ADD that is taking it; the ADD's reply goes out before this runs.
-    if (!this.refillQueued) {
-      this.refillQueued = true;
-      setImmediate(() => {
-        this.refillQueued = false;
-        this.fill();
-      });
+    if (!inst) {
+      inst = this.ready.pop();
+      if (inst) this.counts.hits++;
+      else if (this.o.size > 0) this.counts.misses++;
     }
+    // Not now: the ADD that is taking it answers first.
+    this.queueRefill();
     return inst;
+  }
+
+  private queueRefill(): void {
+    if (this.refillQueued || this.closed) return;
+    this.refillQueued = true;
+    setImmediate(() => {
+      this.refillQueued = false;
+      this.fill();
+    });
   }
 
   /**
    * The template for the prog array pinned now; undefined when it cannot be
    * loaded (reported; the ADD then loads its own and fails with the reason).
    * A prog array replaced under its pin (a later load made a new one) gets a
-   * new template: stubs must tail-call the array the shared program is in.
+   * new template, and the waiting stubs go: stubs must tail-call the array the
+   * shared program is in.
    */
   private stubTemplate(): StubTemplate | undefined {
-    const id = pinnedMapId(this.o.mapsDir, INBOUND_TAIL_MAP);
-    if (this.template && this.template.tailId === id) return this.template;
+    if (this.template?.current()) return this.template;
+    for (const s of this.stubs.splice(0)) s.close();
     this.template?.close();
     this.template = undefined;
     try {
@@ -262,11 +298,26 @@ export class InboundPool {
     return this.template?.progId;
   }
 
-  /** Loads instances in the background, one at a time, up to size (whole ones; where pods get stubs, the template). Idempotent. */
+  /**
+   * Loads instances in the background up to size: stubs one per event-loop
+   * turn (~0.1 ms each, so a burst of ADDs is never held up long), whole ones
+   * one libbpf load at a time. Idempotent.
+   */
   fill(): void {
     if (this.closed || this.filling) return;
     if (inboundSharedReady(path.dirname(this.o.mapsDir))) {
-      this.stubTemplate();
+      const t = this.stubTemplate();
+      if (!t || this.stubs.length >= this.o.size) return;
+      try {
+        this.stubs.push(t.instance());
+        this.counts.loaded++;
+      } catch (e) {
+        // Stop until the next take(): the ADD that makes its own reports why.
+        this.counts.failed++;
+        this.o.onError?.(e as Error);
+        return;
+      }
+      if (this.stubs.length < this.o.size) this.queueRefill();
       return;
     }
     if (this.ready.length >= this.o.size) return;
@@ -277,6 +328,11 @@ export class InboundPool {
 
   /** Resolves when the pool is full (or a load failed, or it was closed): tests and benches. */
   async filled(): Promise<void> {
+    if (!this.closed && inboundSharedReady(path.dirname(this.o.mapsDir))) {
+      const before = this.counts.failed;
+      while (!this.closed && this.stubs.length < this.o.size && this.counts.failed === before) this.fill();
+      return;
+    }
     this.fill();
     await this.filling;
   }
@@ -311,7 +367,7 @@ export class InboundPool {
 
   /** Kernel ids of the waiting programs and the template's (tests: they must be gone after close). */
   programIds(): number[] {
-    const ids = this.ready.map((i) => bpf.progInfo(i.progFd).id);
+    const ids = [...this.ready, ...this.stubs].map((i) => bpf.progInfo(i.progFd).id);
     if (this.template) ids.push(this.template.progId);
     return ids;
   }
@@ -320,6 +376,7 @@ export class InboundPool {
   close(): void {
     this.closed = true;
     for (const inst of this.ready.splice(0)) inst.close();
+    for (const inst of this.stubs.splice(0)) inst.close();
     this.template?.close();
     this.template = undefined;
   }

@@ -1,10 +1,12 @@
 // ProgTemplate: one program of a BPF object loaded once through libbpf, then
-// loaded again per instance as raw instructions with one 64-bit immediate
-// replaced (a pod's inbound stub with its netns cookie: issue 19). After
-// bpf_object__load, bpf_program__insns() are the final instructions libbpf
-// gave the kernel, with the maps' fds embedded; the object stays open so
-// those fds stay valid for every later instance. A raw BPF_PROG_LOAD skips
-// the ELF parse, BTF load and internal map creation of a libbpf load.
+// loaded again per instance as raw instructions, each instance with a fresh
+// copy of the object's .bss (a pod's inbound stub with its own 1-entry array
+// holding its netns cookie: issue 19). After bpf_object__load,
+// bpf_program__insns() are the final instructions libbpf gave the kernel, with
+// the maps' fds embedded; the object stays open so those fds stay valid for
+// every later instance. Per instance: one BPF_MAP_CREATE, the one ld_imm64 of
+// the .bss pointed at it, one BPF_PROG_LOAD; a raw load skips the ELF parse,
+// BTF load and internal map creation of a libbpf load.
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <linux/bpf.h>
@@ -23,20 +25,6 @@ namespace {
 
 const uint8_t kLdImm64 = BPF_LD | BPF_DW | BPF_IMM;
 
-std::string Hex(uint64_t v) {
-  char b[24];
-  snprintf(b, sizeof b, "0x%016llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
-uint64_t ArgU64(const Napi::CallbackInfo& info, size_t i, const char* fn, const char* name) {
-  if (info.Length() <= i || !info[i].IsBigInt()) ThrowType(info.Env(), std::string(fn) + ": " + name + " must be a bigint");
-  bool lossless = false;
-  uint64_t v = info[i].As<Napi::BigInt>().Uint64Value(&lossless);
-  if (!lossless) ThrowType(info.Env(), std::string(fn) + ": " + name + " must fit in 64 bits, unsigned");
-  return v;
-}
-
 std::string OptString(Napi::Env env, Napi::Object o, const char* key) {
   Napi::Value v = o.Get(key);
   if (!v.IsString()) ThrowType(env, std::string("ProgTemplate: opts.") + key + " must be a string");
@@ -53,7 +41,7 @@ class ProgTemplateWrap : public Napi::ObjectWrap<ProgTemplateWrap> {
                         InstanceMethod<&ProgTemplateWrap::Close>("close")});
   }
 
-  // new ProgTemplate(path, { mapPinDir, program, magic, license })
+  // new ProgTemplate(path, { mapPinDir, program, license })
   explicit ProgTemplateWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ProgTemplateWrap>(info) {
     Napi::Env env = info.Env();
     path_ = ArgString(info, 0, "ProgTemplate", "path");
@@ -62,11 +50,6 @@ class ProgTemplateWrap : public Napi::ObjectWrap<ProgTemplateWrap> {
     std::string pinDir = OptString(env, o, "mapPinDir");
     progName_ = OptString(env, o, "program");
     license_ = OptString(env, o, "license");
-    Napi::Value m = o.Get("magic");
-    if (!m.IsBigInt()) ThrowType(env, "ProgTemplate: opts.magic must be a bigint");
-    bool lossless = false;
-    magic_ = m.As<Napi::BigInt>().Uint64Value(&lossless);
-    if (!lossless) ThrowType(env, "ProgTemplate: opts.magic must fit in 64 bits, unsigned");
     while (pinDir.size() > 1 && pinDir.back() == '/') pinDir.pop_back();
 
     LibbpfLogCapture cap;
@@ -93,7 +76,7 @@ class ProgTemplateWrap : public Napi::ObjectWrap<ProgTemplateWrap> {
       progFd_ = bpf_program__fd(prog);
       type_ = bpf_program__type(prog);
       attach_ = bpf_program__expected_attach_type(prog);
-      FindMagic(env);
+      FindBss(env);
     } catch (...) {
       bpf_object__close(obj_);
       obj_ = nullptr;
@@ -106,23 +89,30 @@ class ProgTemplateWrap : public Napi::ObjectWrap<ProgTemplateWrap> {
   }
 
  private:
-  // Exactly one ld_imm64 with src_reg 0 (a plain constant, not a map or BTF
-  // reference) whose 64-bit immediate is the magic; anything else refuses.
-  void FindMagic(Napi::Env env) {
+  // The object's .bss (an internal 1-entry array) and exactly one ld_imm64
+  // referencing it (BPF_PSEUDO_MAP_VALUE, or _FD) in the program; else a refusal.
+  void FindBss(Napi::Env env) {
+    int bssFd = -1;
+    bpf_map* map;
+    bpf_object__for_each_map(map, obj_) {
+      std::string n = bpf_map__name(map);
+      if (bpf_map__is_internal(map) && n.size() >= 4 && n.compare(n.size() - 4, 4, ".bss") == 0) {
+        bssFd = bpf_map__fd(map);
+        valueSize_ = bpf_map__value_size(map);
+      }
+    }
     int found = 0;
-    for (size_t i = 0; i + 1 < insns_.size(); i++) {
+    for (size_t i = 0; bssFd >= 0 && i + 1 < insns_.size(); i++) {
       if (insns_[i].code != kLdImm64) continue;
-      uint64_t v = static_cast<uint32_t>(insns_[i].imm) | static_cast<uint64_t>(static_cast<uint32_t>(insns_[i + 1].imm)) << 32;
-      if (insns_[i].src_reg == 0 && v == magic_) {
-        magicIdx_ = i;
+      if ((insns_[i].src_reg == BPF_PSEUDO_MAP_VALUE || insns_[i].src_reg == BPF_PSEUDO_MAP_FD) && insns_[i].imm == bssFd) {
+        mapIdx_ = i;
         found++;
       }
       i++;  // the second half of ld_imm64
     }
     if (found != 1)
       throw Napi::Error::New(env, "ProgTemplate: " + path_ + ": program " + progName_ + " has " + std::to_string(found) +
-                                      " ld_imm64 of the magic " + Hex(magic_) +
-                                      ", expected exactly one (an object from another build? rebuild: npm run setup)");
+                                      " ld_imm64 of its object's .bss, expected exactly one (an object from another build? rebuild: npm run setup)");
   }
 
   void Require(Napi::Env env, const char* op) {
@@ -137,18 +127,23 @@ class ProgTemplateWrap : public Napi::ObjectWrap<ProgTemplateWrap> {
     return Napi::Number::New(info.Env(), obj_ ? progFd_ : -1);
   }
 
-  // instantiate(value: bigint) -> prog fd (the caller's to close): the
-  // template's instructions with the magic replaced by value, one BPF_PROG_LOAD.
+  // instantiate() -> { progFd, mapFd } (the caller's to close): a fresh
+  // 1-entry array (zeroed) in place of the template's .bss, one BPF_PROG_LOAD.
   Napi::Value Instantiate(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    uint64_t v = ArgU64(info, 0, "instantiate", "value");
     Require(env, "instantiate()");
+    int mapFd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "mc_stub_netns", 4, valueSize_, 1, nullptr);
+    if (mapFd < 0) ThrowNativeError(env, ErrOf(mapFd), "bpf_map_create", path_ + ": " + progName_ + "'s own .bss");
     std::vector<bpf_insn> insns(insns_);
-    insns[magicIdx_].imm = static_cast<int32_t>(static_cast<uint32_t>(v));
-    insns[magicIdx_ + 1].imm = static_cast<int32_t>(static_cast<uint32_t>(v >> 32));
+    insns[mapIdx_].imm = mapFd;
     LIBBPF_OPTS(bpf_prog_load_opts, o, .expected_attach_type = attach_);
     int fd = bpf_prog_load(type_, progName_.c_str(), license_.c_str(), insns.data(), insns.size(), &o);
-    if (fd >= 0) return Napi::Number::New(env, fd);
+    if (fd >= 0) {
+      Napi::Object out = Napi::Object::New(env);
+      out.Set("progFd", Napi::Number::New(env, fd));
+      out.Set("mapFd", Napi::Number::New(env, mapFd));
+      return out;
+    }
     int err = ErrOf(fd);
     // Again with the verifier's log, for the error only.
     std::vector<char> log(64 * 1024);
@@ -156,8 +151,9 @@ class ProgTemplateWrap : public Napi::ObjectWrap<ProgTemplateWrap> {
                 .log_size = static_cast<__u32>(log.size()), .log_buf = log.data());
     int fd2 = bpf_prog_load(type_, progName_.c_str(), license_.c_str(), insns.data(), insns.size(), &lo);
     if (fd2 >= 0) close(fd2);
+    close(mapFd);
     std::string text(log.data());
-    ThrowNativeError(env, err, "bpf_prog_load", path_ + ": " + progName_ + " (from its template, value " + Hex(v) + ")", &text);
+    ThrowNativeError(env, err, "bpf_prog_load", path_ + ": " + progName_ + " (from its template)", &text);
   }
 
   void Close(const Napi::CallbackInfo&) {
@@ -166,10 +162,10 @@ class ProgTemplateWrap : public Napi::ObjectWrap<ProgTemplateWrap> {
   }
 
   std::string path_, progName_, license_;
-  uint64_t magic_ = 0;
   bpf_object* obj_ = nullptr;
   std::vector<bpf_insn> insns_;
-  size_t magicIdx_ = 0;
+  size_t mapIdx_ = 0;
+  __u32 valueSize_ = 0;
   int progFd_ = -1;
   bpf_prog_type type_ = BPF_PROG_TYPE_UNSPEC;
   bpf_attach_type attach_ = BPF_CGROUP_INET_INGRESS;
@@ -206,11 +202,34 @@ Napi::Value ProgGetFdById(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, fd);
 }
 
+// instanceSetU64(mapFd, value): key 0 of an instance's own array := value,
+// one BPF_MAP_UPDATE_ELEM after one BPF_OBJ_GET_INFO_BY_FD (the ADD path:
+// mapUpdate's fd check reads /proc/self/fd, ~10 us). A non-map fd fails the
+// update (EINVAL); a map other than a 1-entry array of 8-byte values is refused.
+void InstanceSetU64(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "instanceSetU64", "mapFd");
+  if (info.Length() < 2 || !info[1].IsBigInt()) ThrowType(env, "instanceSetU64: value must be a bigint");
+  bool lossless = false;
+  uint64_t v = info[1].As<Napi::BigInt>().Uint64Value(&lossless);
+  if (!lossless) ThrowType(env, "instanceSetU64: value must fit in 64 bits, unsigned");
+  bpf_map_info mi{};
+  __u32 len = sizeof mi;
+  int r = bpf_obj_get_info_by_fd(fd, &mi, &len);
+  if (r < 0) ThrowNativeError(env, ErrOf(r), "bpf_obj_get_info_by_fd", "map fd " + std::to_string(fd));
+  if (mi.type != BPF_MAP_TYPE_ARRAY || mi.key_size != 4 || mi.value_size != 8 || mi.max_entries != 1)
+    ThrowType(env, "instanceSetU64: fd " + std::to_string(fd) + " is not a 1-entry array of 8-byte values");
+  __u32 key = 0;
+  r = bpf_map_update_elem(fd, &key, &v, BPF_ANY);
+  if (r < 0) ThrowNativeError(env, ErrOf(r), "bpf_map_update_elem", "map fd " + std::to_string(fd));
+}
+
 }  // namespace
 
 void InitProgTemplate(Napi::Env env, Napi::Object exports) {
   exports.Set("ProgTemplate", ProgTemplateWrap::Class(env));
   exports.Set("progMapIds", Napi::Function::New(env, ProgMapIds, "progMapIds"));
+  exports.Set("instanceSetU64", Napi::Function::New(env, InstanceSetU64, "instanceSetU64"));
   exports.Set("progGetFdById", Napi::Function::New(env, ProgGetFdById, "progGetFdById"));
 }
 

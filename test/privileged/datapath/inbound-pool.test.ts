@@ -1,19 +1,19 @@
 // The agent's pool of pod inbound programs (src/pod-datapath/inbound-pool.ts):
-// a meshed pod gets a stub made from the pool's template (its cookie an
-// immediate), which captures exactly as one loaded for it; two pods' stubs
-// each carry their own cookie (each pod's own config decides); the template
-// is attached and pinned nowhere and is gone from the kernel once the pool
-// closes; a pod's link pinned by an older meshcap (netns cookie as a .rodata
+// a meshed pod gets a stub the pool made ahead from its template (its cookie
+// written into the stub's own 1-entry array at ADD), which captures exactly as
+// one loaded for it; two pods' stubs each read their own cookie (each pod's
+// own config decides); the template and the waiting stubs are attached and
+// pinned nowhere and are gone from the kernel once the pool closes; a pod's link pinned by an older meshcap (netns cookie as a .rodata
 // constant) is adopted as it is.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
 import * as bpf from '../../../src/native/addon.js';
 import { loadDatapath, uninstallDatapath } from '../../../src/loader/datapath.js';
-import { pinLayout, POD_INBOUND_PROGRAM } from '../../../src/loader/manifest.js';
+import { INBOUND_STUB_PROGRAM, INBOUND_TAIL_MAP, pinLayout, POD_INBOUND_PROGRAM } from '../../../src/loader/manifest.js';
 import { EbpfBackend } from '../../../src/pod-datapath/ebpf.js';
 import { netnsCookie } from '../../../src/pod-netns.js';
 import { u64Key } from '../../../src/maps/layout.js';
@@ -81,23 +81,45 @@ describeEbpf('pod inbound program pool', () => {
     }
   };
 
-  it('makes a meshed pod\'s stub from its template (loaded once, nothing preloaded per pod), which captures its inbound', async () => {
+  /** The cookie a stub reads: the value of its own mc_stub_netns array (bpftool). */
+  const stubCookie = async (progId: number): Promise<bigint> => {
+    const fd = bpf.progGetFdById(progId);
+    let ids: number[];
+    try {
+      ids = bpf.progMapIds(fd);
+    } finally {
+      bpf.closeFd(fd);
+    }
+    for (const id of ids) {
+      const m = JSON.parse((await execa('bpftool', ['-j', 'map', 'show', 'id', String(id)])).stdout) as { name: string };
+      if (m.name !== 'mc_stub_netns') continue;
+      const d = JSON.parse((await execa('bpftool', ['-j', 'map', 'dump', 'id', String(id)])).stdout) as { value: string[] }[];
+      return Buffer.from(d[0]!.value.map((h) => parseInt(h, 16))).readBigUInt64LE();
+    }
+    throw new Error(`program ${progId} has no mc_stub_netns`);
+  };
+
+  it('hands a meshed pod a stub loaded ahead from its template, its cookie written at ADD, which captures its inbound', async () => {
     be = new EbpfBackend(pinRoot, { inboundPool: 2 });
     const pool = be.inboundPool!;
     await pool.filled();
-    // a stub carries its pod's cookie, so none is loaded ahead: the pool holds the template only
-    expect(pool.available).toBe(0);
+    expect(pool.available).toBe(2);
     expect(pool.counts.templates).toBe(1);
     const template = pool.templateProgId()!;
     expect(await progExists(template)).toBe(true);
-    expect(pool.programIds()).toEqual([template]);
-    // nothing of the template is pinned under the pin root
+    const waiting = pool.programIds();
+    expect(waiting).toHaveLength(3);
+    // waiting stubs read 0: linked by mistake, they would capture nothing
+    for (const id of waiting.filter((i) => i !== template)) expect(await stubCookie(id)).toBe(0n);
+    // nothing of the template or the waiting stubs is pinned under the pin root
     expect(readdirSync(pinLayout(pinRoot).pods)).toEqual([]);
 
     const pod = pods[0]!;
     const cookie = await be.register({ netns: pod.path, config: istioCapture({ ips: [pod.ip], ipv6: false }), podIPs: [pod.ip] });
     expect(pool.counts.stubs).toBe(1);
-    expect(linkedProg(cookie)).not.toBe(template);
+    expect(pool.counts.hits).toBe(1);
+    expect(waiting, 'the linked stub is one of those loaded ahead').toContain(linkedProg(cookie));
+    expect(await stubCookie(linkedProg(cookie))).toBe(cookie);
 
     proxies[0] = await lab.proxy(pod.name);
     expect((await client.connect(pod.ip, 8080, 'pooled')).data).toBe(`${pod.ip}:8080|pooled`);
@@ -134,7 +156,8 @@ describeEbpf('pod inbound program pool', () => {
       }
     });
     expect(p3!.name).toBe(p0!.name);
-    expect(p3!.tag, 'each stub has its own immediate').not.toBe(p0!.tag);
+    expect(p3!.id).not.toBe(p0!.id);
+    expect([await stubCookie(p0!.id), await stubCookie(p3!.id)], 'each stub reads its own array').toEqual([cookie0, cookie]);
     proxies[3] = await lab.proxy(pod.name);
     expect((await client.connect(pod.ip, 8080, 'own')).data).toBe(`${pod.ip}:8080|own`);
     expect((await client.connect(pod.ip, 8081, 'excluded')).data).toBe(`${pod.ip}:8081|excluded`);
@@ -145,11 +168,11 @@ describeEbpf('pod inbound program pool', () => {
     be!.remove(cookie);
   }, scaled(60_000));
 
-  it('closing the backend frees the template; pods keep their capture', async () => {
+  it('closing the backend frees the template and the waiting stubs; pods keep their capture', async () => {
     const other = new EbpfBackend(pinRoot, { inboundPool: 3 });
     await other.inboundPool!.filled();
     const waiting = other.inboundPool!.programIds();
-    expect(waiting, 'the template only: stubs are made per pod').toHaveLength(1);
+    expect(waiting, 'three stubs and the template').toHaveLength(4);
     other.close();
     for (const id of waiting) expect(await progGone(id), `program ${id} of the closed pool is still loaded`).toBe(true);
     // the pods' links hold their own instances
@@ -221,6 +244,83 @@ describeEbpf('pod inbound program pool', () => {
       expect(existsSync(L.podDir(cookie))).toBe(false);
       expect((await client.connect(pod.ip, 8080, 'removed')).data).toBe(`${pod.ip}:8080|removed`);
       expect(inbound(2)).toEqual([`${pod.ip}:8080`]); // not captured any more
+    } finally {
+      fresh.close();
+    }
+  }, scaled(60_000));
+
+  it('adopts a stub of the previous build (cookie an immediate); a new prog array moves it onto a new stub with its cookie and gives the pool a new template', async () => {
+    const pod = pods[3]!; // removed above; its proxy still runs
+    const cookie = await netnsCookie(pod.path);
+    const L = pinLayout(pinRoot);
+    // The previous build of bpf/inbound-stub.bpf.c: no .bss, the cookie an ld_imm64 immediate.
+    const src = readFileSync(path.join(projectRoot, 'bpf/inbound-stub.bpf.c'), 'utf8');
+    const old = src
+      .replace(/^__u64 mc_stub_netns SEC\(".bss"\);$/m, '')
+      .replace(/^\tnetns = \*\(volatile __u64 \*\)&mc_stub_netns;\n\tif \(!netns\)\n\t\treturn SK_PASS;$/m, `\tasm volatile("%0 = ${cookie} ll" : "=r"(netns));`);
+    expect(old).not.toMatch(/&mc_stub_netns|SEC\("\.bss"\)/);
+    expect(old).toContain(`${cookie} ll`);
+    const srcPath = path.join(tmp, 'inbound-stub-imm.bpf.c');
+    const objPath = path.join(tmp, 'inbound-stub-imm.bpf.o');
+    writeFileSync(srcPath, old);
+    await execa('clang', ['-target', 'bpf', '-O2', '-g', '-Wall', '-Werror', '-D__TARGET_ARCH_x86', '-I', path.join(projectRoot, 'bpf/include'), '-I', path.join(projectRoot, 'bpf'),
+      '-I', path.join(projectRoot, 'build/bpf'), '-idirafter', '/usr/include/x86_64-linux-gnu', '-c', srcPath, '-o', objPath]);
+    const obj = bpf.openObject(objPath, { mapPinDir: L.maps });
+    let linkId: number;
+    let oldProg: number;
+    try {
+      await obj.load();
+      const prog = obj.programs().find((p) => p.name === INBOUND_STUB_PROGRAM)!;
+      expect(obj.maps().some((m) => m.name.endsWith('.bss')), 'the old stub has no .bss').toBe(false);
+      const fd = bpf.linkCreateNetns(prog.fd, pod.path, bpf.consts.attachType.SK_LOOKUP!);
+      mkdirSync(L.podDir(cookie), { recursive: true });
+      bpf.objPin(fd, L.podInbound(cookie));
+      linkId = bpf.linkInfo(fd).id;
+      oldProg = bpf.progInfo(prog.fd).id;
+      bpf.closeFd(fd);
+    } finally {
+      obj.close();
+    }
+
+    const fresh = new EbpfBackend(pinRoot, { inboundPool: 2 });
+    try {
+      const pool = fresh.inboundPool!;
+      await pool.filled();
+      const cfg = istioCapture({ ips: [pod.ip], ipv6: false });
+      expect(await fresh.register({ netns: pod.path, config: cfg, podIPs: [pod.ip] })).toBe(cookie);
+      expect(pool.counts.stubs, 'the pinned link was replaced instead of adopted').toBe(0);
+      expect(linkedProg(cookie)).toBe(oldProg);
+      let n = inbound(3).length;
+      expect((await client.connect(pod.ip, 8080, 'old-stub')).data).toBe(`${pod.ip}:8080|old-stub`);
+      expect(inbound(3)).toHaveLength(n + 1);
+      expect(inbound(3).at(-1)).toBe(`${pod.ip}:8080`);
+
+      // A new prog array (its pin removed by hand, then a load): the old stub is moved onto a new stub, same link.
+      const waiting = pool.programIds();
+      expect(waiting).toHaveLength(3);
+      unlinkSync(path.join(L.maps, INBOUND_TAIL_MAP));
+      const back = await loadDatapath({ pinRoot });
+      expect(back.inbound?.relinked, 'pods 0, 1 (stubs of this build) and 3 (the old stub)').toBe(3);
+      const fd = bpf.objGet(L.podInbound(cookie));
+      expect(bpf.linkInfo(fd).id).toBe(linkId);
+      bpf.closeFd(fd);
+      expect(linkedProg(cookie)).not.toBe(oldProg);
+      expect(await stubCookie(linkedProg(cookie))).toBe(cookie);
+      n = inbound(3).length;
+      expect((await client.connect(pod.ip, 8080, 'moved')).data).toBe(`${pod.ip}:8080|moved`);
+      expect(inbound(3)).toHaveLength(n + 1);
+
+      // The pool's next ADD: a new template for the new array; the stubs it had waiting (old array) are freed.
+      fresh.remove(cookie);
+      expect(await fresh.register({ netns: pod.path, config: cfg, podIPs: [pod.ip] })).toBe(cookie);
+      expect(pool.counts.templates).toBe(2);
+      expect(pool.counts.stubs).toBe(1);
+      for (const id of waiting) expect(await progGone(id), `program ${id} made for the replaced prog array is still loaded`).toBe(true);
+      expect(await stubCookie(linkedProg(cookie))).toBe(cookie);
+      n = inbound(3).length;
+      expect((await client.connect(pod.ip, 8080, 'new-template')).data).toBe(`${pod.ip}:8080|new-template`);
+      expect(inbound(3)).toHaveLength(n + 1);
+      fresh.remove(cookie);
     } finally {
       fresh.close();
     }

@@ -1,12 +1,10 @@
 // ProgTemplate (native/addon/src/prog_template.cc) against the real kernel:
-// the stub object loaded once, instances loaded raw with the magic immediate
-// replaced (each carries its own value, seen in the kernel's xlated program),
-// and an object or magic that does not match refused with a clear error.
+// the stub object loaded once, instances loaded raw, each with a fresh
+// 1-entry array of its own in place of the object's .bss (the pod's cookie
+// goes there), and an object without exactly one .bss reference refused.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { execa } from 'execa';
 import * as bpf from '../../../src/native/addon.js';
-import { INBOUND_STUB_OBJECT, INBOUND_STUB_PROGRAM, objectPath, POD_INBOUND_OBJECT, POD_INBOUND_PROGRAM } from '../../../src/loader/manifest.js';
-import { STUB_NETNS_MAGIC } from '../../../src/pod-datapath/inbound-pool.js';
+import { INBOUND_SHARED_OBJECT, INBOUND_SHARED_PROGRAM, INBOUND_STUB_OBJECT, INBOUND_STUB_PROGRAM, objectPath } from '../../../src/loader/manifest.js';
 import { removeDir, tempPinDir } from './kernel-env.js';
 
 let pins: string;
@@ -15,46 +13,53 @@ beforeAll(() => {
 });
 afterAll(() => removeDir(pins));
 
-const opts = () => ({ mapPinDir: pins, program: INBOUND_STUB_PROGRAM, magic: STUB_NETNS_MAGIC, license: 'Dual BSD/GPL' });
-
-async function xlated(fd: number): Promise<string> {
-  return (await execa('bpftool', ['prog', 'dump', 'xlated', 'id', String(bpf.progInfo(fd).id)])).stdout;
-}
+const opts = () => ({ mapPinDir: pins, program: INBOUND_STUB_PROGRAM, license: 'Dual BSD/GPL' });
+const KEY0 = Buffer.alloc(4);
 
 describe('ProgTemplate', () => {
-  it('loads instances raw, each with its own immediate, using the template\'s maps', async () => {
+  it('loads instances raw, each reading its own fresh array, using the template\'s pinned maps', () => {
     const t = bpf.loadProgTemplate(objectPath(INBOUND_STUB_OBJECT), opts());
-    const fds: number[] = [];
+    const inst: { progFd: number; mapFd: number }[] = [];
     try {
       expect(t.insnCount).toBeGreaterThan(10);
-      fds.push(t.instantiate(0x1234_5678_9abcn), t.instantiate(0xfedc_ba98_7654n));
-      const [a, b] = fds.map((fd) => bpf.progInfo(fd));
+      inst.push(t.instantiate(), t.instantiate());
+      const [a, b] = inst.map((i) => bpf.progInfo(i.progFd));
       expect(a!.name).toBe(INBOUND_STUB_PROGRAM);
       expect(a!.type).toBe(bpf.progInfo(t.progFd).type);
-      expect(a!.tag, 'two cookies, two programs').not.toBe(b!.tag);
-      expect(await xlated(fds[0]!)).toContain('0x123456789abc');
-      expect(await xlated(fds[1]!)).toContain('0xfedcba987654');
-      expect(await xlated(fds[1]!)).not.toContain('0x123456789abc');
-      // the instances use the maps the template pinned (mc_inbound_arg, mc_inbound_tail)
-      expect(bpf.progMapIds(fds[0]!).sort()).toEqual(bpf.progMapIds(t.progFd).sort());
-      expect(bpf.progMapIds(fds[0]!)).toHaveLength(2);
+      const own = inst.map((i) => bpf.mapInfo(i.mapFd));
+      expect(own[0]!.id).not.toBe(own[1]!.id);
+      expect(own[0]).toMatchObject({ name: 'mc_stub_netns', keySize: 4, valueSize: 8, maxEntries: 1 });
+      // zeroed (a stub with 0 captures nothing), and each array its own
+      expect(bpf.mapLookup(inst[0]!.mapFd, KEY0, 8)!.readBigUInt64LE()).toBe(0n);
+      const v = Buffer.alloc(8);
+      v.writeBigUInt64LE(0x1234_5678_9abcn);
+      bpf.mapUpdate(inst[0]!.mapFd, KEY0, v);
+      expect(bpf.mapLookup(inst[1]!.mapFd, KEY0, 8)!.readBigUInt64LE()).toBe(0n);
+      // the instance uses the template's pinned maps (mc_inbound_arg, mc_inbound_tail) and its own array, not the template's .bss
+      const tmpl = bpf.progMapIds(t.progFd);
+      const ids = inst.map((i) => bpf.progMapIds(i.progFd));
+      expect(ids[0]).toHaveLength(3);
+      expect(ids[0]).toContain(own[0]!.id);
+      expect(ids[1]).toContain(own[1]!.id);
+      expect(ids[0]!.filter((id) => tmpl.includes(id))).toHaveLength(2);
+      expect(a!.tag, 'the instructions are the same but for the map fd').toBe(b!.tag);
     } finally {
-      for (const fd of fds) bpf.closeFd(fd);
+      for (const i of inst) {
+        bpf.closeFd(i.progFd);
+        bpf.closeFd(i.mapFd);
+      }
       t.close();
     }
-    expect(() => t.instantiate(1n)).toThrow(/after close/);
+    expect(() => t.instantiate()).toThrow(/after close/);
   });
 
-  it('refuses a magic the program does not carry, and an object without it', () => {
-    expect(() => bpf.loadProgTemplate(objectPath(INBOUND_STUB_OBJECT), { ...opts(), magic: 0x1111n }))
-      .toThrow(/program mc_inbound_pod has 0 ld_imm64 of the magic 0x0000000000001111, expected exactly one/);
-    // the whole inbound program keeps its cookie in .bss: no magic in it
-    const whole = tempPinDir();
+  it('refuses an object whose program does not read its .bss exactly once, and a missing program', () => {
+    const shared = tempPinDir();
     try {
-      expect(() => bpf.loadProgTemplate(objectPath(POD_INBOUND_OBJECT), { ...opts(), mapPinDir: whole, program: POD_INBOUND_PROGRAM }))
-        .toThrow(/program mc_inbound has 0 ld_imm64 of the magic 0x6d636e65746e7321, expected exactly one/);
+      expect(() => bpf.loadProgTemplate(objectPath(INBOUND_SHARED_OBJECT), { ...opts(), mapPinDir: shared, program: INBOUND_SHARED_PROGRAM }))
+        .toThrow(/program mc_inbound_main has 0 ld_imm64 of its object's \.bss, expected exactly one/);
     } finally {
-      removeDir(whole);
+      removeDir(shared);
     }
     expect(() => bpf.loadProgTemplate(objectPath(INBOUND_STUB_OBJECT), { ...opts(), program: 'nope' })).toThrow(/program nope/);
   });
