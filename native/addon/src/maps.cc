@@ -183,15 +183,35 @@ bool NoBatchSupport(int err) { return err == EINVAL || err == kENOTSUPP || err =
 // nothing was processed.
 bool NothingProcessed(uint32_t count, uint32_t asked) { return count == 0 || count == asked; }
 
+// (fd, keys[], values[]) of a write of many entries: the map's fd and size
+// checked once, keys and values packed, as many of one as of the other.
+struct Entries {
+  int fd;
+  MapDims d;
+  std::vector<uint8_t> keys, values;
+  uint32_t n;
+};
+
+Entries ArgEntries(const Napi::CallbackInfo& info, const char* fn) {
+  Entries e{};
+  e.fd = ArgFd(info, 0, fn, "fd");
+  e.d = Dims(info.Env(), e.fd, fn);
+  uint32_t nv = 0;
+  e.keys = Pack(info, 1, fn, "keys", e.d.keySize, &e.n);
+  e.values = Pack(info, 2, fn, "values", e.d.valueSize, &nv);
+  if (e.n != nv)
+    ThrowType(info.Env(), std::string(fn) + ": " + std::to_string(e.n) + " keys but " + std::to_string(nv) + " values");
+  return e;
+}
+
 void MapUpdateBatch(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  int fd = ArgFd(info, 0, "mapUpdateBatch", "fd");
-  MapDims d = Dims(env, fd, "mapUpdateBatch");
-  uint32_t nk = 0, nv = 0;
-  auto keys = Pack(info, 1, "mapUpdateBatch", "keys", d.keySize, &nk);
-  auto values = Pack(info, 2, "mapUpdateBatch", "values", d.valueSize, &nv);
-  if (nk != nv)
-    ThrowType(env, "mapUpdateBatch: " + std::to_string(nk) + " keys but " + std::to_string(nv) + " values");
+  Entries e = ArgEntries(info, "mapUpdateBatch");
+  int fd = e.fd;
+  const MapDims& d = e.d;
+  const auto& keys = e.keys;
+  const auto& values = e.values;
+  uint32_t nk = e.n;
   if (nk == 0) return;
   uint32_t count = nk;
   int r = bpf_map_update_batch(fd, keys.data(), values.data(), &count, nullptr);
@@ -218,13 +238,12 @@ void MapUpdateBatch(const Napi::CallbackInfo& info) {
 // entry reports its error); with no failure, returns the count.
 Napi::Value MapUpdateEach(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  int fd = ArgFd(info, 0, "mapUpdateEach", "fd");
-  MapDims d = Dims(env, fd, "mapUpdateEach");
-  uint32_t nk = 0, nv = 0;
-  auto keys = Pack(info, 1, "mapUpdateEach", "keys", d.keySize, &nk);
-  auto values = Pack(info, 2, "mapUpdateEach", "values", d.valueSize, &nv);
-  if (nk != nv)
-    ThrowType(env, "mapUpdateEach: " + std::to_string(nk) + " keys but " + std::to_string(nv) + " values");
+  Entries e = ArgEntries(info, "mapUpdateEach");
+  int fd = e.fd;
+  const MapDims& d = e.d;
+  const auto& keys = e.keys;
+  const auto& values = e.values;
+  uint32_t nk = e.n;
   uint64_t flags = ArgFlags(info, 3, "mapUpdateEach");
   uint32_t k = 0;
   for (; k < nk; k++) {
