@@ -164,7 +164,11 @@ describeEbpf('shared inbound program and per-pod stubs', () => {
     try {
       const sizes = effectiveMapSizes(L.maps, DEFAULT_MAP_SIZES);
       for (let r = 0; r < 5; r++) {
-        await new Promise((res) => setTimeout(res, 40));
+        // traffic between every two replacements, however slow the machine
+        // (a fixed 40 ms gave 13-19 connections in loaded TCG guests)
+        const want = sent + 5;
+        const deadline = Date.now() + scaled(10_000);
+        while (sent < want && Date.now() < deadline) await new Promise((res) => setTimeout(res, 5));
         unlinkSync(L.prog(INBOUND_SHARED_PROGRAM)); // this load then takes the slot as from another build
         replaced.push(await loadInboundShared(pinRoot, sizes));
       }
