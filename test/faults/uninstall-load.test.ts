@@ -111,6 +111,8 @@ describeModes('meshcap uninstall under load, %s mode', (mode) => {
         const fd = bpf.objGet(pin);
         try {
           if (pin.includes('/maps/')) ours.maps.push(bpf.mapInfo(fd).id);
+          // the node's shared inbound program (progs/mc_inbound_main), not a link
+          else if (pin.includes('/progs/')) ours.progs.push(bpf.progInfo(fd).id);
           else {
             const li = bpf.linkInfo(fd);
             ours.links.push(li.id);
