@@ -178,21 +178,14 @@ function pinnedMapId(mapsDir: string, name: string): number | null {
   }
 }
 
-const KEY0 = Buffer.alloc(4);
-
 /**
  * Gives the instance its pod (one BPF_MAP_UPDATE_ELEM): written before the
  * instance is linked into the pod's netns, so it never runs with another
- * cookie (and never with 0 there: a stub with 0 passes everything).
+ * cookie (and never with 0 there: a stub with 0 passes everything). Stub and
+ * whole alike: the cookie is key 0 of a 1-entry array of 8-byte values.
  */
 export function setInstanceNetns(inst: InboundInstance, netns: bigint): void {
-  if (inst.kind === 'stub' && inst.netnsMapFd >= 0) {
-    bpf.instanceSetU64(inst.netnsMapFd, netns);
-    return;
-  }
-  const v = Buffer.alloc(8);
-  v.writeBigUInt64LE(netns);
-  bpf.mapUpdate(inst.netnsMapFd, KEY0, v);
+  bpf.instanceSetU64(inst.netnsMapFd, netns);
 }
 
 export interface InboundPoolOptions {
