@@ -15,7 +15,7 @@ import { cgroup2OrThrow, ensureBpffs } from './mounts.js';
 import type { OptionalFeature } from './features.js';
 import { probeOptionalFeatures } from './probe.js';
 import { DEFAULT_MAP_SIZES, SIZED_MAPS, type MapSizes, type MapSizeState } from './map-sizes.js';
-import { pinnedMaxEntries } from './pinned-map-sizes.js';
+import { pinnedMaxEntries, setMapSizes } from './pinned-map-sizes.js';
 import { loadInboundShared, type InboundSharedState } from './inbound-shared.js';
 
 export interface LinkState {
@@ -139,8 +139,7 @@ export async function loadDatapath(opts: { pinRoot: string; objectDir?: string; 
   for (const spec of NODE_OBJECTS) {
     const obj = bpf.openObject(objectPath(spec.file, opts.objectDir), { mapPinDir: L.maps });
     try {
-      const inObject = new Set(obj.maps().map((m) => m.name));
-      for (const s of mapSizes) if (inObject.has(s.name)) obj.setMaxEntries(s.name, s.maxEntries);
+      setMapSizes(obj, mapSizes.map((s) => [s.name, s.maxEntries] as const));
       for (const [name, feature] of Object.entries(spec.rodata ?? {})) obj.setRodata(name, Buffer.from([optional[feature] ? 1 : 0]));
       try {
         await obj.load();

@@ -8,9 +8,10 @@
 import { existsSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
 import path from 'node:path';
 import * as bpf from '../native/addon.js';
-import { setInstanceNetns, StubTemplate } from '../pod-datapath/inbound-pool.js';
+import { pinnedMapId, setInstanceNetns, StubTemplate } from '../pod-datapath/inbound-pool.js';
 import { INBOUND_SHARED_OBJECT, INBOUND_SHARED_PROGRAM, INBOUND_STUB_PROGRAM, INBOUND_TAIL_MAP, objectPath, pinLayout } from './manifest.js';
 import type { MapSizeState } from './map-sizes.js';
+import { setMapSizes } from './pinned-map-sizes.js';
 
 export interface InboundSharedState {
   pin: string;
@@ -61,8 +62,7 @@ export async function loadInboundShared(pinRoot: string, sizes: MapSizeState[], 
   const freshTail = !existsSync(path.join(L.maps, INBOUND_TAIL_MAP));
   const obj = bpf.openObject(objectPath(INBOUND_SHARED_OBJECT, objectDir), { mapPinDir: L.maps });
   try {
-    const inObject = new Set(obj.maps().map((m) => m.name));
-    for (const s of sizes) if (inObject.has(s.name)) obj.setMaxEntries(s.name, s.maxEntries);
+    setMapSizes(obj, sizes.map((s) => [s.name, s.maxEntries] as const));
     await obj.load();
     const prog = obj.programs().find((p) => p.name === INBOUND_SHARED_PROGRAM);
     const tail = obj.maps().find((m) => m.name === INBOUND_TAIL_MAP);
@@ -100,7 +100,9 @@ async function relinkStubs(pinRoot: string): Promise<number> {
   const L = pinLayout(pinRoot);
   const cookies = existsSync(L.pods) ? readdirSync(L.pods).filter((d) => /^\d+$/.test(d) && existsSync(L.podInbound(BigInt(d)))) : [];
   if (cookies.length === 0) return 0;
-  const argId = pinnedMapId(path.join(L.maps, INBOUND_ARG_MAP));
+  // every stub uses the node's mc_inbound_arg, pinned by the shared object's load
+  const argId = pinnedMapId(L.maps, INBOUND_ARG_MAP);
+  if (argId === null) return 0;
   const template = new StubTemplate(L.maps);
   let relinked = 0;
   try {
@@ -126,16 +128,6 @@ async function relinkStubs(pinRoot: string): Promise<number> {
     template.close();
   }
   return relinked;
-}
-
-/** Kernel id of the map pinned at pin. */
-function pinnedMapId(pin: string): number {
-  const fd = bpf.objGet(pin);
-  try {
-    return bpf.mapInfo(fd).id;
-  } finally {
-    bpf.closeFd(fd);
-  }
 }
 
 /** True when program progId is a pod stub: named so, and using the node's mc_inbound_arg. */

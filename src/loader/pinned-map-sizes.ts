@@ -32,7 +32,11 @@ export function pinnedSizes(mapsDir: string): Map<SizedMap, number> {
 
 /** Before load: each sized map of obj that is pinned gets the pin's size (read from mapsDir, or given as read by pinnedSizes). */
 export function adoptPinnedSizes(obj: bpf.BpfObject, pins: string | ReadonlyMap<SizedMap, number>): void {
-  const sizes = typeof pins === 'string' ? pinnedSizes(pins) : pins;
+  setMapSizes(obj, typeof pins === 'string' ? pinnedSizes(pins) : pins);
+}
+
+/** Before load: each of the named maps that obj has gets its size (objects carry only some of the node's maps). */
+export function setMapSizes(obj: bpf.BpfObject, sizes: Iterable<readonly [string, number]>): void {
   const inObject = new Set(obj.maps().map((m) => m.name));
   for (const [name, n] of sizes) if (inObject.has(name)) obj.setMaxEntries(name, n);
 }
