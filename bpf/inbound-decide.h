@@ -25,7 +25,9 @@ MC_INLINE struct bpf_sock *mc_listener(struct mc_listen_key *k)
 	return NULL;
 }
 
-static __always_inline int mc_inbound_decide(struct bpf_sk_lookup *ctx)
+/* arg_netns: the shared program's cookie from its stub (MC_INBOUND_NETNS()
+ * may name it); the whole program passes 0 and reads its .bss. */
+static __always_inline int mc_inbound_decide(struct bpf_sk_lookup *ctx, __u64 arg_netns)
 {
 	__u8 local[16], remote[16];
 	struct mc_listen_key k = {};
@@ -67,7 +69,11 @@ static __always_inline int mc_inbound_decide(struct bpf_sk_lookup *ctx)
 	 * cost). */
 	if (mc_is_loopback(local) || mc_is_loopback(remote) || mc_is_passthrough6(remote))
 		return SK_PASS;
+	/* 0: no pod (a whole program not given its cookie yet; the shared
+	 * program run without a stub) */
 	netns = MC_INBOUND_NETNS();
+	if (!netns)
+		return SK_PASS;
 	pod = mc_pod_of(netns);
 	if (!pod || !(pod->flags & MC_F_IN_CAPTURE))
 		return SK_PASS;

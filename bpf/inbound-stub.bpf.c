@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * A meshed pod's inbound program: attached to the pod's netns (sk_lookup),
- * it only names its pod and tail-calls the node's shared mc_inbound_main
+ * it only names its pod (in a hand of this CPU's mc_inbound_arg it claims for
+ * this lookup: inbound-tail.h) and tail-calls the node's shared mc_inbound_main
  * (inbound-shared.bpf.c), which decides exactly as mc_inbound
  * (inbound.bpf.c) does. sk_lookup cannot call bpf_get_netns_cookie, so each
  * pod still needs a program of its own; this one is a few instructions, so
@@ -31,6 +32,7 @@ __u64 mc_stub_netns SEC(".bss");
 SEC("sk_lookup")
 int mc_inbound_pod(struct bpf_sk_lookup *ctx)
 {
+	struct mc_inbound_hand *h = NULL;
 	struct mc_inbound_arg *a;
 	__u32 zero = 0;
 	__u64 netns;
@@ -43,14 +45,27 @@ int mc_inbound_pod(struct bpf_sk_lookup *ctx)
 	a = bpf_map_lookup_elem(&mc_inbound_arg, &zero);
 	if (!a)
 		return SK_DROP; /* cannot happen: key 0 of a 1-entry array */
-	a->netns = netns;
-	bpf_tail_call(ctx, &mc_inbound_tail, MC_INBOUND_SLOT);
+	/* Claim a free hand for this lookup (inbound-tail.h): hand 0 unless a
+	 * lookup this one interrupted or preempted holds it. */
+#pragma unroll
+	for (int i = 0; i < MC_INBOUND_HANDS; i++) {
+		if (__sync_val_compare_and_swap(&a->hand[i].owner, 0, (__u64)ctx) == 0) {
+			h = &a->hand[i];
+			break;
+		}
+	}
+	if (h) {
+		h->netns = netns;
+		bpf_tail_call(ctx, &mc_inbound_tail, MC_INBOUND_SLOT);
+		h->owner = 0; /* slot 0 empty: nobody took the hand */
+	}
 
-	/* Slot 0 empty: which ports are captured is unknown here. The pod's own
-	 * traffic (loopback: the app to its proxy, the proxy's 127.0.0.6 / ::6
-	 * passthrough to the app) is never captured, so it passes; anything else
-	 * is refused, as a REDIRECT to a proxy that is not there would be: a
-	 * captured connection must never reach the app around its proxy. */
+	/* Slot 0 empty (or, never seen, no free hand): which ports are captured
+	 * is unknown here. The pod's own traffic (loopback: the app to its proxy,
+	 * the proxy's 127.0.0.6 / ::6 passthrough to the app) is never captured,
+	 * so it passes; anything else is refused, as a REDIRECT to a proxy that
+	 * is not there would be: a captured connection must never reach the app
+	 * around its proxy. */
 	a->tail_failed++;
 	if (ctx->family == AF_INET) {
 		__u32 l = ctx->local_ip4, r = ctx->remote_ip4;

@@ -34,5 +34,5 @@ volatile __u64 mc_netns = 0;
 SEC("sk_lookup")
 int mc_inbound(struct bpf_sk_lookup *ctx)
 {
-	return mc_inbound_decide(ctx);
+	return mc_inbound_decide(ctx, 0);
 }

@@ -8,10 +8,10 @@
 import { existsSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
 import path from 'node:path';
 import * as bpf from '../native/addon.js';
-import { pinnedMapId, setInstanceNetns, StubTemplate } from '../pod-datapath/inbound-pool.js';
+import { loadWhole, setInstanceNetns, StubTemplate, type InboundInstance } from '../pod-datapath/inbound-pool.js';
 import { INBOUND_SHARED_OBJECT, INBOUND_SHARED_PROGRAM, INBOUND_STUB_PROGRAM, INBOUND_TAIL_MAP, objectPath, pinLayout } from './manifest.js';
 import type { MapSizeState } from './map-sizes.js';
-import { setMapSizes } from './pinned-map-sizes.js';
+import { pinnedSizes, setMapSizes } from './pinned-map-sizes.js';
 
 export interface InboundSharedState {
   pin: string;
@@ -23,9 +23,47 @@ export interface InboundSharedState {
   relinked: number;
 }
 
+/**
+ * This load's shared program was refused (the kernel's verifier, a missing
+ * object, ...); pods get whole programs. `retired`: stubs an earlier load
+ * linked, moved onto whole programs (the program in the slot is an earlier
+ * build's, whose hand-off may not be exact: retireShared).
+ */
+export class InboundSharedRefused extends Error {
+  constructor(message: string, readonly retired: number) {
+    super(message);
+    this.name = 'InboundSharedRefused';
+  }
+}
+
 const KEY0 = Buffer.alloc(4);
 /** The per-CPU hand-off map every stub writes (bpf/inbound-tail.h). */
 const INBOUND_ARG_MAP = 'mc_inbound_arg';
+/** Its value: MC_INBOUND_HANDS (4) hands of { owner, netns }, then tail_failed (bpf/inbound-tail.h). */
+export const INBOUND_ARG_SIZE = 4 * 16 + 8;
+
+/**
+ * A pinned hand-off of another layout (16 bytes: { netns, tail_failed }, one
+ * unguarded cookie per CPU, before 2026-11-25) cannot be reused (libbpf
+ * refuses the size), and its stubs must not tail-call a program of this
+ * layout: its pins go with the prog array's and the shared program's, so this
+ * load makes a new array and arg and moves every stub onto them in place
+ * (relinkToTemplate). The old stubs meanwhile tail-call an emptied array and
+ * refuse captured connections: never around the proxy.
+ */
+function retireOldLayout(mapsDir: string, sharedPin: string): void {
+  const argPin = path.join(mapsDir, INBOUND_ARG_MAP);
+  if (!existsSync(argPin)) return;
+  const fd = bpf.objGet(argPin);
+  let size: number;
+  try {
+    size = bpf.mapInfo(fd).valueSize;
+  } finally {
+    bpf.closeFd(fd);
+  }
+  if (size === INBOUND_ARG_SIZE) return;
+  for (const p of [argPin, path.join(mapsDir, INBOUND_TAIL_MAP), sharedPin]) if (existsSync(p)) unlinkSync(p);
+}
 
 function u32(n: number): Buffer {
   const b = Buffer.alloc(4);
@@ -57,8 +95,22 @@ function pinnedShared(pin: string): { id: number; tag: string } | null {
  * unless it holds this build already, and pins the program.
  */
 export async function loadInboundShared(pinRoot: string, sizes: MapSizeState[], objectDir?: string): Promise<InboundSharedState> {
+  try {
+    return await loadChecked(pinRoot, sizes, objectDir);
+  } catch (e) {
+    // Whatever is in slot 0 now (an earlier build's program, whose hand-off
+    // may not be exact on this kernel) must not decide for new pods, nor for
+    // the pods whose stubs tail-call it.
+    const retired = await retireShared(pinRoot);
+    throw new InboundSharedRefused(`${(e as Error).message}${retired ? `; ${retired} pods' stubs moved onto whole programs` : ''}`, retired);
+  }
+}
+
+async function loadChecked(pinRoot: string, sizes: MapSizeState[], objectDir?: string): Promise<InboundSharedState> {
   const L = pinLayout(pinRoot);
-  // No pinned prog array: this load makes one (first load, upgrade, or its pin was removed).
+  retireOldLayout(L.maps, L.prog(INBOUND_SHARED_PROGRAM));
+  // No pinned prog array: this load makes one (first load, upgrade, its pin
+  // was removed, or the hand-off's layout changed).
   const freshTail = !existsSync(path.join(L.maps, INBOUND_TAIL_MAP));
   const obj = bpf.openObject(objectPath(INBOUND_SHARED_OBJECT, objectDir), { mapPinDir: L.maps });
   try {
@@ -80,11 +132,26 @@ export async function loadInboundShared(pinRoot: string, sizes: MapSizeState[], 
     mkdirSync(L.progs, { recursive: true });
     if (existsSync(pin)) unlinkSync(pin);
     bpf.objPin(prog.fd, pin);
-    const relinked = freshTail ? await relinkStubs(pinRoot) : 0;
+    const relinked = freshTail ? await relinkToTemplate(pinRoot) : 0;
     return { pin, progId: info.id, progTag: info.tag, action: inSlot === null ? 'created' : 'replaced', relinked };
   } finally {
     obj.close();
   }
+}
+
+/**
+ * The shared program refused: no new pod gets a stub (its pin goes, so
+ * inboundSharedReady() is false) and every pod whose stub an earlier load
+ * linked gets a whole program in place (bpf_link_update). The slot keeps its
+ * program for a stub whose move failed (its pod keeps capturing as before).
+ */
+async function retireShared(pinRoot: string): Promise<number> {
+  const L = pinLayout(pinRoot);
+  const pin = L.prog(INBOUND_SHARED_PROGRAM);
+  if (!existsSync(pin)) return 0;
+  unlinkSync(pin);
+  let sizes: ReturnType<typeof pinnedSizes> | undefined;
+  return relinkStubs(pinRoot, async () => loadWhole(L.maps, (sizes ??= pinnedSizes(L.maps))));
 }
 
 /**
@@ -96,42 +163,53 @@ export async function loadInboundShared(pinRoot: string, sizes: MapSizeState[], 
  * libbpf-loaded .bss, match too; each gets a new one); whole programs
  * (older meshcap, or a kernel without the shared one) need no slot and stay.
  */
-async function relinkStubs(pinRoot: string): Promise<number> {
-  const L = pinLayout(pinRoot);
-  const cookies = existsSync(L.pods) ? readdirSync(L.pods).filter((d) => /^\d+$/.test(d) && existsSync(L.podInbound(BigInt(d)))) : [];
-  if (cookies.length === 0) return 0;
-  // every stub uses the node's mc_inbound_arg, pinned by the shared object's load
-  const argId = pinnedMapId(L.maps, INBOUND_ARG_MAP);
-  if (argId === null) return 0;
-  const template = new StubTemplate(L.maps);
-  let relinked = 0;
+async function relinkToTemplate(pinRoot: string): Promise<number> {
+  if (podCookies(pinRoot).length === 0) return 0;
+  const template = new StubTemplate(pinLayout(pinRoot).maps);
   try {
-    for (const c of cookies) {
-      const fd = bpf.objGet(L.podInbound(BigInt(c)));
-      try {
-        if (!isStub(bpf.linkInfo(fd).progId, argId)) continue;
-        const stub = template.instance();
-        try {
-          setInstanceNetns(stub, BigInt(c));
-          bpf.linkUpdate(fd, stub.progFd);
-        } catch {
-          continue; // a link whose netns is gone (ENOLINK) has nothing to capture
-        } finally {
-          stub.close(); // the link holds the program now
-        }
-        relinked++;
-      } finally {
-        bpf.closeFd(fd);
-      }
-    }
+    return await relinkStubs(pinRoot, async () => template.instance());
   } finally {
     template.close();
+  }
+}
+
+function podCookies(pinRoot: string): string[] {
+  const L = pinLayout(pinRoot);
+  return existsSync(L.pods) ? readdirSync(L.pods).filter((d) => /^\d+$/.test(d) && existsSync(L.podInbound(BigInt(d)))) : [];
+}
+
+/** Gives each pod linked to a stub the instance make() returns, its cookie written first, in place. */
+async function relinkStubs(pinRoot: string, make: () => Promise<InboundInstance>): Promise<number> {
+  const L = pinLayout(pinRoot);
+  let relinked = 0;
+  for (const c of podCookies(pinRoot)) {
+    const fd = bpf.objGet(L.podInbound(BigInt(c)));
+    try {
+      if (!isStub(bpf.linkInfo(fd).progId)) continue;
+      let inst: InboundInstance;
+      try {
+        inst = await make();
+      } catch {
+        continue; // the pod keeps its stub (and the slot its program)
+      }
+      try {
+        setInstanceNetns(inst, BigInt(c));
+        bpf.linkUpdate(fd, inst.progFd);
+      } catch {
+        continue; // a link whose netns is gone (ENOLINK) has nothing to capture
+      } finally {
+        inst.close(); // the link holds the program now
+      }
+      relinked++;
+    } finally {
+      bpf.closeFd(fd);
+    }
   }
   return relinked;
 }
 
-/** True when program progId is a pod stub: named so, and using the node's mc_inbound_arg. */
-function isStub(progId: number, argId: number): boolean {
+/** True when program progId is a pod stub (of any build: named so; links under pods/ are meshcap's). Whole programs are named mc_inbound. */
+function isStub(progId: number): boolean {
   let fd: number;
   try {
     fd = bpf.progGetFdById(progId);
@@ -139,7 +217,7 @@ function isStub(progId: number, argId: number): boolean {
     return false; // gone meanwhile
   }
   try {
-    return bpf.progInfo(fd).name === INBOUND_STUB_PROGRAM && bpf.progMapIds(fd).includes(argId);
+    return bpf.progInfo(fd).name === INBOUND_STUB_PROGRAM;
   } finally {
     bpf.closeFd(fd);
   }

@@ -161,6 +161,7 @@ interface Binding {
   ProgTemplate: new (path: string, opts: ProgTemplateOptions) => ProgTemplate;
   progMapIds(fd: number): number[];
   progGetFdById(id: number): number;
+  progTestRunSkLookup(fd: number, ctx: SkLookupTestCtx): { retval: number; cookie: bigint };
   instanceSetU64(mapFd: number, value: bigint): void;
   mapInfo(fd: number): KernelMapInfo;
   objPin(fd: number, path: string): void;
@@ -301,6 +302,18 @@ export function progMapIds(fd: number): number[] {
 /** A new fd of the program with this id (bpf_prog_get_fd_by_id); the caller closes it. */
 export function progGetFdById(id: number): number {
   return native.progGetFdById(id);
+}
+/** An sk_lookup test run's TCP lookup: addresses network order (4 or 16 bytes by family), ports host order. */
+export interface SkLookupTestCtx {
+  family: 2 | 10;
+  remoteIp: Buffer;
+  remotePort: number;
+  localIp: Buffer;
+  localPort: number;
+}
+/** One BPF_PROG_TEST_RUN of an sk_lookup program (5.14+), in this thread's process context with bottom halves enabled; cookie: the selected socket's, 0n for none. */
+export function progTestRunSkLookup(fd: number, ctx: SkLookupTestCtx): { retval: number; cookie: bigint } {
+  return native.progTestRunSkLookup(fd, ctx);
 }
 /** BPF_PROG_QUERY: the programs attached to this cgroup for one hook, in the order they run. */
 export function cgroupPrograms(cgroupPath: string, attachType: number): { id: number; name: string }[] {

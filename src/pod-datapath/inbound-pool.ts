@@ -106,7 +106,7 @@ export class StubTemplate {
 }
 
 /** A whole bpf/inbound.bpf.c, loaded through libbpf (cookie 0 until setInstanceNetns). */
-async function loadWhole(mapsDir: string, sizes?: ReadonlyMap<SizedMap, number>): Promise<InboundInstance> {
+export async function loadWhole(mapsDir: string, sizes?: ReadonlyMap<SizedMap, number>): Promise<InboundInstance> {
   const file = POD_INBOUND_OBJECT;
   const obj = bpf.openObject(objectPath(file), { mapPinDir: mapsDir });
   try {

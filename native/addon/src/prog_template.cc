@@ -10,10 +10,13 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <linux/bpf.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "common.h"
@@ -224,6 +227,43 @@ void InstanceSetU64(const Napi::CallbackInfo& info) {
   if (r < 0) ThrowNativeError(env, ErrOf(r), "bpf_map_update_elem", "map fd " + std::to_string(fd));
 }
 
+
+// progTestRunSkLookup(progFd, { family, remoteIp, remotePort, localIp,
+// localPort }) -> { retval, cookie }: one BPF_PROG_TEST_RUN of an sk_lookup
+// program for a TCP lookup (5.14+). The kernel runs it in this thread's
+// process context, bottom halves enabled (bpf_test_timer: preempt_disable
+// only): the loader checks the shared inbound program tells that context from
+// a SYN delivery (src/loader/inbound-shared.ts). Addresses: Buffers of 4
+// (family 2) or 16 bytes, network order; remotePort host order (converted),
+// localPort host order. cookie: the selected socket's cookie, 0n for none.
+Napi::Value ProgTestRunSkLookup(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, "progTestRunSkLookup", "fd");
+  if (info.Length() < 2 || !info[1].IsObject()) ThrowType(env, "progTestRunSkLookup: ctx must be an object");
+  Napi::Object o = info[1].As<Napi::Object>();
+  bpf_sk_lookup ctx{};
+  ctx.family = o.Get("family").ToNumber().Uint32Value();
+  ctx.protocol = IPPROTO_TCP;
+  auto addr = [&](const char* key, __u32* v4, __u32* v6) {
+    Napi::Value v = o.Get(key);
+    if (!v.IsBuffer()) ThrowType(env, std::string("progTestRunSkLookup: ctx.") + key + " must be a Buffer");
+    auto b = v.As<Napi::Buffer<uint8_t>>();
+    size_t want = ctx.family == 2 ? 4 : 16;
+    if (b.Length() != want) ThrowType(env, std::string("progTestRunSkLookup: ctx.") + key + " must be " + std::to_string(want) + " bytes for this family");
+    memcpy(ctx.family == 2 ? v4 : v6, b.Data(), want);
+  };
+  addr("remoteIp", &ctx.remote_ip4, ctx.remote_ip6);
+  addr("localIp", &ctx.local_ip4, ctx.local_ip6);
+  ctx.remote_port = htons(static_cast<uint16_t>(o.Get("remotePort").ToNumber().Uint32Value()));
+  ctx.local_port = o.Get("localPort").ToNumber().Uint32Value();
+  LIBBPF_OPTS(bpf_test_run_opts, t, .ctx_in = &ctx, .ctx_out = &ctx, .ctx_size_in = sizeof ctx, .ctx_size_out = sizeof ctx);
+  int r = bpf_prog_test_run_opts(fd, &t);
+  if (r < 0) ThrowNativeError(env, ErrOf(r), "bpf_prog_test_run_opts", "sk_lookup program fd " + std::to_string(fd));
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("retval", Napi::Number::New(env, t.retval));
+  out.Set("cookie", Napi::BigInt::New(env, static_cast<uint64_t>(ctx.cookie)));
+  return out;
+}
 }  // namespace
 
 void InitProgTemplate(Napi::Env env, Napi::Object exports) {
@@ -231,6 +271,7 @@ void InitProgTemplate(Napi::Env env, Napi::Object exports) {
   exports.Set("progMapIds", Napi::Function::New(env, ProgMapIds, "progMapIds"));
   exports.Set("instanceSetU64", Napi::Function::New(env, InstanceSetU64, "instanceSetU64"));
   exports.Set("progGetFdById", Napi::Function::New(env, ProgGetFdById, "progGetFdById"));
+  exports.Set("progTestRunSkLookup", Napi::Function::New(env, ProgTestRunSkLookup, "progTestRunSkLookup"));
 }
 
 }  // namespace meshcap

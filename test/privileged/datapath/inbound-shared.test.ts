@@ -4,7 +4,9 @@
 // config; the shared program is replaced under traffic with no connection
 // reaching an app around its proxy; an empty slot refuses captured traffic
 // (loopback still passes); a pod whose whole mc_inbound was pinned before the
-// upgrade keeps capturing beside the stubs; uninstall leaves nothing.
+// upgrade keeps capturing beside the stubs; the per-CPU hand-off is exact
+// under any interleaving (held hands, process-context test runs) and stubs of
+// its earlier layout are moved onto a new one; uninstall leaves nothing.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { existsSync, readFileSync, rmSync, unlinkSync } from 'node:fs';
 import path from 'node:path';
@@ -12,7 +14,7 @@ import { execa } from 'execa';
 import * as bpf from '../../../src/native/addon.js';
 import { effectiveMapSizes, loadDatapath, uninstallDatapath } from '../../../src/loader/datapath.js';
 import { DEFAULT_MAP_SIZES } from '../../../src/loader/map-sizes.js';
-import { loadInboundShared, tailSlotProgId } from '../../../src/loader/inbound-shared.js';
+import { INBOUND_ARG_SIZE, InboundSharedRefused, loadInboundShared, tailSlotProgId } from '../../../src/loader/inbound-shared.js';
 import { INBOUND_SHARED_PROGRAM, INBOUND_STUB_PROGRAM, INBOUND_TAIL_MAP, pinLayout, POD_INBOUND_PROGRAM } from '../../../src/loader/manifest.js';
 import { EbpfBackend } from '../../../src/pod-datapath/ebpf.js';
 import { Lab, scaled, testPinRoot, type NsAgent } from '../../helpers/lab.js';
@@ -52,12 +54,12 @@ async function settled(done: () => boolean, ms = 3000): Promise<void> {
 /** A per-CPU map's value comes back once per possible CPU. */
 const NCPU = Number(/^0-(\d+)$/.exec(readFileSync('/sys/devices/system/cpu/possible', 'utf8').trim())?.[1] ?? 0) + 1;
 
-/** Connections the stubs refused with slot 0 empty (mc_inbound_arg.tail_failed over every CPU). */
+/** Connections the stubs refused with slot 0 empty (mc_inbound_arg.tail_failed, after the 4 hands, over every CPU). */
 function tailFailed(pinRoot: string): bigint {
   return withPin(path.join(pinLayout(pinRoot).maps, 'mc_inbound_arg'), (fd) => {
-    const v = bpf.mapLookup(fd, Buffer.alloc(4), 16 * NCPU)!;
+    const v = bpf.mapLookup(fd, Buffer.alloc(4), INBOUND_ARG_SIZE * NCPU)!;
     let n = 0n;
-    for (let c = 0; c < NCPU; c++) n += v.readBigUInt64LE(c * 16 + 8);
+    for (let c = 0; c < NCPU; c++) n += v.readBigUInt64LE(c * INBOUND_ARG_SIZE + INBOUND_ARG_SIZE - 8);
     return n;
   });
 }
@@ -147,6 +149,76 @@ describeEbpf('shared inbound program and per-pod stubs', () => {
     expect(be.stats(pods[1]!.cookie!)!.inbound).toBe(30n);
   }, scaled(60_000));
 
+  it('the hand-off is exact whatever runs between a stub and the shared program: a hand another lookup holds is never read, a process-context lookup gets its own pod\'s decision, SYNs are captured beside held hands', async () => {
+    const argPin = path.join(L.maps, 'mc_inbound_arg');
+    const KEY = Buffer.alloc(4);
+    const FOREIGN = 0xffff888000001000n; // an owner no lookup of this test has: a ctx pointer of a lookup interrupted or preempted after its stub's write
+    const v4 = (a: string) => Buffer.from(a.split('.').map(Number));
+    const ctxFor = (i: number, port: number): bpf.SkLookupTestCtx => ({ family: 2, remoteIp: v4('198.18.9.9'), remotePort: 40000, localIp: v4(pods[i]!.ip), localPort: port });
+    // every CPU's first n hands held with pod 0's cookie (pod 0 captures 8080; pod 1 excludes it)
+    const hold = (n: number) =>
+      withPin(argPin, (fd) => {
+        const v = Buffer.alloc(INBOUND_ARG_SIZE * NCPU);
+        for (let c = 0; c < NCPU; c++) {
+          for (let h = 0; h < n; h++) {
+            v.writeBigUInt64LE(FOREIGN + BigInt(h * 64), c * INBOUND_ARG_SIZE + h * 16);
+            v.writeBigUInt64LE(pods[0]!.cookie!, c * INBOUND_ARG_SIZE + h * 16 + 8);
+          }
+        }
+        bpf.mapUpdate(fd, KEY, v);
+      });
+    const owners = () =>
+      withPin(argPin, (fd) => {
+        const v = bpf.mapLookup(fd, KEY, INBOUND_ARG_SIZE * NCPU)!;
+        return Array.from({ length: NCPU }, (_, c) => [0, 1, 2, 3].map((h) => v.readBigUInt64LE(c * INBOUND_ARG_SIZE + h * 16)));
+      });
+    // BPF_PROG_TEST_RUN runs the program in this thread's process context with
+    // bottom halves enabled (bpf_test_timer: preempt_disable only), as an
+    // nftables socket match or a cgroup program's bpf_sk_lookup_tcp would
+    const run = (progFd: number, i: number, port: number) => bpf.progTestRunSkLookup(progFd, ctxFor(i, port));
+    const stub = (i: number) => bpf.progGetFdById(podProgId(pinRoot, pods[i]!.cookie!));
+    const shared = bpf.objGet(L.prog(INBOUND_SHARED_PROGRAM));
+    const stubs = [stub(0), stub(1)];
+    try {
+      hold(1);
+      // the shared program reached without a hand of its own (what the
+      // interrupted lookup's read was before 2026-11-25: the slot's cookie,
+      // pod 0's, whoever wrote it) decides nothing: pod 0 would capture 8080
+      expect(run(shared, 0, 8080)).toEqual({ retval: 1, cookie: 0n });
+      // each stub claims a free hand: its own pod's rules, though hand 0 holds pod 0's cookie
+      expect(run(stubs[1]!, 1, 8080), 'pod 1 excludes 8080: pod 0\'s decision would capture it').toEqual({ retval: 1, cookie: 0n });
+      const p1 = run(stubs[1]!, 1, 8081);
+      const p0 = run(stubs[0]!, 0, 8081);
+      expect(p1.retval).toBe(1);
+      expect(p1.cookie, 'pod 1 captures 8081: assigned to its proxy').not.toBe(0n);
+      expect(p0.cookie).not.toBe(0n);
+      expect(p1.cookie, 'pod 1 and pod 0 assigned to the same listener').not.toBe(p0.cookie);
+      // nobody took the held hand; every hand a run claimed was freed
+      for (const o of owners()) expect(o).toEqual([FOREIGN, 0n, 0n, 0n]);
+      // real SYNs (softirq) beside the held hand: each to its own pod's proxy
+      const n0 = inbound(0).length;
+      const n1 = inbound(1).length;
+      expect((await client.connect(pods[0]!.ip, 8080, 'held')).data).toBe(`${pods[0]!.ip}:8080|held`);
+      expect((await client.connect(pods[1]!.ip, 8080, 'held')).data).toBe(`${pods[1]!.ip}:8080|held`);
+      expect((await client.connect(pods[1]!.ip, 8081, 'held')).data).toBe(`${pods[1]!.ip}:8081|held`);
+      await settled(() => inbound(0).length > n0 && inbound(1).length > n1);
+      expect(inbound(0).slice(n0)).toEqual([`${pods[0]!.ip}:8080`]);
+      expect(inbound(1).slice(n1), 'pod 1\'s 8080 went to its proxy: pod 0\'s cookie was used').toEqual([`${pods[1]!.ip}:8081`]);
+      for (const o of owners()) expect(o).toEqual([FOREIGN, 0n, 0n, 0n]);
+      // every hand held (never seen: 4 lookups in flight on one CPU): refused, never around the proxy; loopback passes
+      hold(4);
+      const failed0 = tailFailed(pinRoot);
+      await expect(client.connect(pods[0]!.ip, 8080, 'full')).rejects.toThrow(/ECONNREFUSED|refused/i);
+      expect((await pods[0]!.app.connect('127.0.0.1', 8081, 'lo')).data).toBe('127.0.0.1:8081|lo');
+      expect(tailFailed(pinRoot) - failed0).toBeGreaterThanOrEqual(2n);
+      expect(inbound(0).slice(n0)).toHaveLength(1);
+    } finally {
+      hold(0);
+      for (const fd of [shared, ...stubs]) bpf.closeFd(fd);
+    }
+    expect((await client.connect(pods[0]!.ip, 8080, 'free')).data).toBe(`${pods[0]!.ip}:8080|free`);
+  }, scaled(60_000));
+
   it('replaces the shared program under traffic: every connection reaches the proxy', async () => {
     const tailPin = path.join(L.maps, INBOUND_TAIL_MAP);
     const before = withPin(tailPin, tailSlotProgId);
@@ -231,6 +303,46 @@ describeEbpf('shared inbound program and per-pod stubs', () => {
     expect(inbound(1).at(-1)).toBe(`${pods[1]!.ip}:8081`);
     await settled(() => inbound(2).at(-1) === `${pods[2]!.ip}:8080` && inbound(2).length > 62);
     expect(inbound(2).length).toBeGreaterThan(62);
+  }, scaled(60_000));
+
+  it('a hand-off of the layout before 2026-11-25 pinned (16 bytes, one cookie per CPU): the load makes a new array and arg and moves every stub onto them', async () => {
+    // as the build before left it: its stubs tail-call a program that reads one unguarded cookie per CPU
+    const argPin = path.join(L.maps, 'mc_inbound_arg');
+    unlinkSync(argPin);
+    await execa('bpftool', ['map', 'create', argPin, 'type', 'percpu_array', 'key', '4', 'value', '16', 'entries', '1', 'name', 'mc_inbound_arg']);
+    const tailBefore = withPin(path.join(L.maps, INBOUND_TAIL_MAP), (fd) => bpf.mapInfo(fd).id);
+    const links = [0, 1, 2].map((i) => withPin(L.podInbound(pods[i]!.cookie!), (fd) => bpf.linkInfo(fd)));
+    const up = await loadDatapath({ pinRoot });
+    expect(up.inbound?.action).toBe('created');
+    expect(up.inbound?.relinked, 'the two stubs (not the whole program of pod 2)').toBe(2);
+    expect(withPin(argPin, (fd) => bpf.mapInfo(fd).valueSize)).toBe(INBOUND_ARG_SIZE);
+    expect(withPin(path.join(L.maps, INBOUND_TAIL_MAP), (fd) => bpf.mapInfo(fd).id)).not.toBe(tailBefore);
+    const after = [0, 1, 2].map((i) => withPin(L.podInbound(pods[i]!.cookie!), (fd) => bpf.linkInfo(fd)));
+    expect(after.map((l) => l.id)).toEqual(links.map((l) => l.id));
+    expect(after[0]!.progId).not.toBe(links[0]!.progId);
+    expect(after[2]!.progId).toBe(links[2]!.progId);
+    const n0 = inbound(0).length;
+    const n1 = inbound(1).length;
+    expect((await client.connect(pods[0]!.ip, 8080, 'relaid')).data).toBe(`${pods[0]!.ip}:8080|relaid`);
+    expect((await client.connect(pods[1]!.ip, 8081, 'relaid')).data).toBe(`${pods[1]!.ip}:8081|relaid`);
+    await settled(() => inbound(0).length > n0 && inbound(1).length > n1);
+    expect(inbound(0).slice(n0)).toEqual([`${pods[0]!.ip}:8080`]);
+    expect(inbound(1).slice(n1)).toEqual([`${pods[1]!.ip}:8081`]);
+  }, scaled(60_000));
+
+  it('a load whose shared program is refused moves the stubs linked before onto whole programs: nothing runs the old one\'s hand-off', async () => {
+    const sizes = effectiveMapSizes(L.maps, DEFAULT_MAP_SIZES);
+    const err = await loadInboundShared(pinRoot, sizes, path.join(pinRoot, 'no-objects-here')).then(() => null, (e: unknown) => e);
+    expect(err).toBeInstanceOf(InboundSharedRefused);
+    expect((err as InboundSharedRefused).retired).toBe(2);
+    expect(existsSync(L.prog(INBOUND_SHARED_PROGRAM)), 'new pods would still get stubs').toBe(false);
+    for (const i of [0, 1]) expect((await progShow(podProgId(pinRoot, pods[i]!.cookie!))).name).toBe(POD_INBOUND_PROGRAM);
+    const n1 = inbound(1).length;
+    expect((await client.connect(pods[1]!.ip, 8080, 'whole')).data).toBe(`${pods[1]!.ip}:8080|whole`);
+    expect((await client.connect(pods[1]!.ip, 8081, 'whole')).data).toBe(`${pods[1]!.ip}:8081|whole`);
+    await settled(() => inbound(1).length > n1);
+    expect(inbound(1).slice(n1)).toEqual([`${pods[1]!.ip}:8081`]);
+    expect((await loadDatapath({ pinRoot })).inbound?.action).toBe('replaced');
   }, scaled(60_000));
 
   it('uninstall removes the prog array, the shared program and every stub', async () => {
