@@ -12,13 +12,15 @@ const addr = (a, p) => (a && a.includes(':') ? `[${a}]:${p}` : `${a}:${p}`);
 
 const ops = {
   // TCP server. mode tag: after the client half-closes, answer "<local>|<payload>" and close.
+  // mode peer: the same with the client's address as this server saw it, "<local>|<peer>|<payload>".
   // mode echo: pipe back. mode hold: never answer (for concurrency tests).
   async listen({ host, port, mode = 'tag' }) {
     const s = net.createServer((c) => {
       if (mode === 'echo') return c.pipe(c).on('error', () => c.destroy());
       const chunks = [];
+      const peer = mode === 'peer' ? `${addr(c.remoteAddress, c.remotePort)}|` : '';
       c.on('data', (d) => chunks.push(d));
-      c.on('end', () => c.end(`${addr(c.localAddress, c.localPort)}|${Buffer.concat(chunks).toString('latin1')}`, 'latin1'));
+      c.on('end', () => c.end(`${addr(c.localAddress, c.localPort)}|${peer}${Buffer.concat(chunks).toString('latin1')}`, 'latin1'));
       c.on('error', () => c.destroy());
     });
     servers.push(s);
