@@ -143,13 +143,14 @@ async function loadChecked(pinRoot: string, sizes: MapSizeState[], objectDir?: s
  * The shared program refused: no new pod gets a stub (its pin goes, so
  * inboundSharedReady() is false) and every pod whose stub an earlier load
  * linked gets a whole program in place (bpf_link_update). The slot keeps its
- * program for a stub whose move failed (its pod keeps capturing as before).
+ * program for a stub whose move failed (its pod keeps what it had).
  */
 async function retireShared(pinRoot: string): Promise<number> {
   const L = pinLayout(pinRoot);
   const pin = L.prog(INBOUND_SHARED_PROGRAM);
-  if (!existsSync(pin)) return 0;
-  unlinkSync(pin);
+  if (existsSync(pin)) unlinkSync(pin);
+  // every stub, pin or not: one whose array this load emptied (retireOldLayout) refuses until moved
+  if (podCookies(pinRoot).length === 0) return 0;
   let sizes: ReturnType<typeof pinnedSizes> | undefined;
   return relinkStubs(pinRoot, async () => loadWhole(L.maps, (sizes ??= pinnedSizes(L.maps))));
 }
