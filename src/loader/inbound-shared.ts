@@ -119,6 +119,10 @@ async function loadChecked(pinRoot: string, sizes: MapSizeState[], objectDir?: s
     const prog = obj.programs().find((p) => p.name === INBOUND_SHARED_PROGRAM);
     const tail = obj.maps().find((m) => m.name === INBOUND_TAIL_MAP);
     if (!prog || !tail) throw new Error(`${INBOUND_SHARED_OBJECT} has no program ${INBOUND_SHARED_PROGRAM} or map ${INBOUND_TAIL_MAP}: the build is out of date (npm run setup)`);
+    // The stubs' side of the hand-off must load here too (BPF_CMPXCHG: 5.12;
+    // a pointer stored in a map: CAP_PERFMON), or no pod could get one: then
+    // whole programs, before anything is put in the slot.
+    new StubTemplate(L.maps).close();
     const info = bpf.progInfo(prog.fd);
     const pin = L.prog(INBOUND_SHARED_PROGRAM);
     const inSlot = tailSlotProgId(tail.fd);
