@@ -131,7 +131,8 @@ describeEbpf('shared inbound program and per-pod stubs', () => {
       const cookie = await register(i);
       const shown = await progShow(podProgId(pinRoot, cookie));
       expect(shown.name).toBe(INBOUND_STUB_PROGRAM);
-      if (shown.verified_insns !== undefined) expect(shown.verified_insns).toBeLessThan(100);
+      // 254 on 6.18 (the 4 hands; 81 before), against ~1,000 for a whole program
+      if (shown.verified_insns !== undefined) expect(shown.verified_insns).toBeLessThan(400);
     }
     // interleaved from parallel lanes (both CPUs' arg slots in use), every pod and port
     const jobs: Promise<{ data: string }>[] = [];
