@@ -207,8 +207,8 @@ describeModes('meshcap uninstall under load, %s mode', (mode) => {
     //   port: the server's view alone decides. In eBPF mode the app's socket
     //   is connected to the sidecar, so the two may share a port by chance:
     //   a connection whose address the server saw is then through the
-    //   sidecar only if the proxy accepted from that address and no
-    //   connection that the server saw from another socket claims it.
+    //   sidecar only if the proxy accepted from that address after it began
+    //   and no connection that the server saw from another socket claims it.
     // The proxy's log must account for every sidecar connection, with one
     // exception iptables mode makes. The long stream is redirected too, so
     // conntrack holds the reply tuple 127.0.0.1:15001 -> <pod>:<stream's
@@ -250,7 +250,7 @@ describeModes('meshcap uninstall under load, %s mode', (mode) => {
       // connection first, so a doubt never hides one before the uninstall
       seenFromApp.sort((a, b) => order[a.phase] - order[b.phase]);
       for (const c of seenFromApp) {
-        if (mode === 'ebpf' && take(c.local)) sharedPort.push(c);
+        if (mode === 'ebpf' && (acceptSeen[i]!.get(c.local) ?? []).some((t) => t >= c.start) && take(c.local)) sharedPort.push(c);
         else direct.push(c);
       }
       let spare = [...accepted.values()].reduce((a, b) => a + b, 0);
@@ -293,7 +293,7 @@ describeModes('meshcap uninstall under load, %s mode', (mode) => {
       `long streams ${streamed.map((r, i) => `${r.rounds}/${ROUNDS} rounds${r.error ? ` (${r.error} ${Math.round(streamEnd[i]! - t0)} ms after the uninstall began)` : ''}`).join(', ')}; proxy SO_ORIGINAL_DST errors ${proxyErrors.join('+')}, upstream errors ${JSON.stringify(upstreamErrors)}; exit ${forced.exitCode}: ${forced.stdout.trim().replace(/\n/g, ' | ')} ${forced.stderr.trim().replace(/\n/g, ' | ')}`);
 
     expect(tally.before?.failed ?? 0, `before the uninstall no connection fails: ${failures.filter((c) => c.phase === 'before').slice(0, 3).map((c) => `pod ${c.pod} ${c.local || '(no local address)'} ${rel(c.start)}: ${c.data}`).join('; ')}`).toBe(0);
-    expect(capturedDirect.length, `before the uninstall every connection goes through the sidecar, yet ${capturedDirect.length} reached the server from the app's own socket, past the pod's iptables rules (${timeline}); the first:\n${accounts.join('\n')}\n`).toBe(0);
+    expect(capturedDirect.length, `before the uninstall every connection goes through the sidecar, yet ${capturedDirect.length} reached the server from the app's own socket, past the pod's ${mode === 'iptables' ? 'iptables rules' : 'eBPF capture'} (${timeline}); the first:\n${accounts.join('\n')}\n`).toBe(0);
     expect(unaccounted.length, `the server saw these come from the sidecar, yet the proxy logged no accept for them (${timeline}):\n${unaccountedStories.join('\n')}\n`).toBe(0);
     expect(tally.after?.total ?? 0).toBeGreaterThan(10);
     expect(tally.after?.sidecar ?? 0, 'after it, none is captured').toBe(0);
