@@ -17,9 +17,14 @@
 #                      ENTRIES its size (default 65536). A map of its own name,
 #                      so the pod objects the bench loads from build/bpf keep
 #                      theirs.
+#     tcp-option       the prototype of round 4 (not the datapath): the app's
+#                      handshake ACK carries the original destination in a TCP
+#                      option (kind 254, magic MC) that the proxy's side reads
+#                      at PASSIVE_ESTABLISHED_CB, instead of mc_origdst
 # Slots (ns, count): 0 connect4 stats counter, 1 mc_origdst update,
 # 2 mc_origdst lookup, 3 mc_origdst delete, 4 mc_skorig creation,
-# 5 getsockopt stats counter, 6 an empty lap (the timer's own cost).
+# 5 getsockopt stats counter, 6 an empty lap (the timer's own cost),
+# 7 the TCP option's read (tcp-option).
 import sys
 
 d, opts = sys.argv[1], sys.argv[2:]
@@ -34,6 +39,10 @@ def edit(path, old, new, every=False):
 
 cm, mh = f'{d}/bpf/include/mc_common.h', f'{d}/bpf/include/meshcap.h'
 ob, so, og = f'{d}/bpf/outbound.bpf.c', f'{d}/bpf/sockops.bpf.c', f'{d}/bpf/origdst.bpf.c'
+
+if 'tcp-option' in opts:
+    exec(open(__file__.rsplit('/', 1)[0] + '/tcp_option.py').read())
+    tcp_option(so)
 
 if 'noprof' in opts:
     macros = '''#define PROF_T0() do {} while (0)
@@ -72,7 +81,8 @@ if 'percpu-stats' in opts:
 edit(ob, '''		orig.kind = MC_ORIG_OUTBOUND;
 		MC_STAT_INC(netns, outbound);''', '''		orig.kind = MC_ORIG_OUTBOUND;
 		{ PROF_T0(); MC_STAT_INC(netns, outbound); PROF_LAP(0); PROF_RESET(); PROF_LAP(6); }''')
-edit(so, '''		mc_tuple_of(s, o->netns, &t);
+if 'tcp-option' not in opts:  # it has no update
+    edit(so, '''		mc_tuple_of(s, o->netns, &t);
 		bpf_map_update_elem(&mc_origdst, &t, o, BPF_ANY);
 		return;''', '''		mc_tuple_of(s, o->netns, &t);
 		{ PROF_T0(); bpf_map_update_elem(&mc_origdst, &t, o, BPF_ANY); PROF_LAP(1); }

@@ -45,7 +45,7 @@ for line in open(sys.argv[1]):
             for i, v in enumerate(struct.unpack('<%dQ' % (len(raw) // 8), raw)[:16]):
                 tot[i] += v
 for i, name in enumerate(['connect4 stats counter', 'mc_origdst update', 'mc_origdst lookup', 'mc_origdst delete',
-                          'mc_skorig creation', 'getsockopt stats counter', 'empty lap (timer cost)']):
+                          'mc_skorig creation', 'getsockopt stats counter', 'empty lap (timer cost)', 'TCP option read']):
     ns, n = tot[2 * i], tot[2 * i + 1]
     print(f'{name:26s} {ns / n if n else 0:8.1f} ns  ({n} times)')
 PY
