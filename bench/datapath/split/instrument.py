@@ -6,7 +6,7 @@
 # the bench runs. Each anchor is asserted, so a source change that moves a step
 # fails here instead of measuring the wrong thing.
 #
-#   instrument.py DIR [noprof] [percpu-stats] [origdst=KIND[:ENTRIES]]
+#   instrument.py DIR [noprof] [percpu-stats] [origdst=KIND[:ENTRIES]] [tcp-option]
 #     noprof           the timing macros compile to nothing (for A/B runs)
 #     percpu-stats     the counters in a BPF_MAP_TYPE_PERCPU_HASH (mc_stats_pc,
 #                      filled by the programs themselves: the agent's mc_stats
@@ -25,8 +25,10 @@
 # 2 mc_origdst lookup, 3 mc_origdst delete, 4 mc_skorig creation,
 # 5 getsockopt stats counter, 6 an empty lap (the timer's own cost),
 # 7 the TCP option's read (tcp-option).
+import os
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ beside the tool
 d, opts = sys.argv[1], sys.argv[2:]
 
 
@@ -41,8 +43,9 @@ cm, mh = f'{d}/bpf/include/mc_common.h', f'{d}/bpf/include/meshcap.h'
 ob, so, og = f'{d}/bpf/outbound.bpf.c', f'{d}/bpf/sockops.bpf.c', f'{d}/bpf/origdst.bpf.c'
 
 if 'tcp-option' in opts:
-    exec(open(__file__.rsplit('/', 1)[0] + '/tcp_option.py').read())
-    tcp_option(so)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from tcp_option import tcp_option
+    tcp_option(so, edit)
 
 if 'noprof' in opts:
     macros = '''#define PROF_T0() do {} while (0)

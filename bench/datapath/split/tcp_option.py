@@ -1,7 +1,7 @@
 # The TCP-option prototype of round 4 (docs/bench-datapath.md), applied by
-# instrument.py (exec'd there: edit() is its). Not the datapath: an option rides
-# on one segment, so a handshake ACK dropped on a full accept queue loses it.
-def tcp_option(so):
+# instrument.py with its edit(). Not the datapath: an option rides on one
+# segment, so a handshake ACK dropped on a full accept queue loses it.
+def tcp_option(so, edit):
     edit(so, '''	o = bpf_sk_storage_get(&mc_apporig, sk, 0, 0);
 	if (o) {
 		mc_tuple_of(s, o->netns, &t);
