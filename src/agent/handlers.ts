@@ -15,6 +15,7 @@ import type { PodDatapath } from '../pod-datapath/pod-datapath.js';
 import type { Mode } from '../loader/mode.js';
 import { CaptureConfigError } from '../redirect/config.js';
 import { MapFullError } from '../maps/map-full.js';
+import { netnsCookie } from '../pod-netns.js';
 import { KeyedLock } from './keyed-lock.js';
 import { configOf, cookieOf, recordSettings, sharedConfig, STATE_VERSION, type AttachmentRecord, type StateStore } from './state-store.js';
 
@@ -76,6 +77,27 @@ export function isHostNetns(netns: string, self = SELF_NETNS): boolean {
   }
 }
 
+/**
+ * The agent's own netns cookie, looked up once (a setns on a helper thread):
+ * an ADD whose forwarder sent CNI_NETNS's cookie is told from the host's by
+ * comparing the two (cookies name one netns each for the boot), without
+ * isHostNetns's stat (~16 us of the ADD). Undefined until known, or when the
+ * kernel cannot tell it: the stat then decides.
+ */
+let selfCookie: bigint | undefined;
+let selfCookieAsked = false;
+function lookUpSelfCookie(): void {
+  if (selfCookieAsked) return;
+  selfCookieAsked = true;
+  netnsCookie(SELF_NETNS).then((c) => { selfCookie = c; }, () => undefined);
+}
+
+/** Whether the request's netns is the agent's own: by cookie when both are known, else by stat. */
+function isHostRequest(req: CniRequest): boolean {
+  if (req.netnsCookie !== undefined && selfCookie !== undefined) return req.netnsCookie === selfCookie;
+  return isHostNetns(req.netns);
+}
+
 export function targetOf(rec: AttachmentRecord): PodTarget {
   return { mode: rec.mode, netns: rec.netns, config: configOf(rec), podIPs: rec.podIPs };
 }
@@ -83,6 +105,7 @@ export function targetOf(rec: AttachmentRecord): PodTarget {
 export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { removeAttachment(rec: AttachmentRecord): Promise<void> } {
   const lock = d.lock ?? new KeyedLock();
   const log = d.logger.child({ component: 'cni' });
+  lookUpSelfCookie();
 
   /** Undo one attachment and forget it; the netns may be gone. */
   async function removeAttachment(rec: AttachmentRecord): Promise<void> {
@@ -131,7 +154,7 @@ export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { remove
       const prev = d.store.get(req.containerId, req.ifname);
       // A retried ADD with a new decision (other mode or netns): undo the old one first.
       if (prev && (prev.mode !== decision.mode || prev.netns !== req.netns)) await removeAttachment(prev);
-      if (isHostNetns(req.netns)) {
+      if (isHostRequest(req)) {
         throw new CniError(CNI_ERROR_CODES.INVALID_ENV, `pod ${pod}: CNI_NETNS ${req.netns} is the host's own network namespace; meshcap never captures the host (a hostNetwork pod is not meshed)`);
       }
       const target: PodTarget = { mode: decision.mode, netns: req.netns, config, podIPs: decision.podIPs };

@@ -4,8 +4,11 @@ export class KeyedLock {
   private readonly tails = new Map<string, Promise<unknown>>();
 
   run<T>(key: string, fn: () => Promise<T>): Promise<T> {
-    const prev = this.tails.get(key) ?? Promise.resolve();
-    const next = prev.then(fn, fn);
+    const prev = this.tails.get(key);
+    // Nothing queued for the key (nearly every ADD and DEL): start now, not
+    // one promise hop later (fn's synchronous part runs before the tail is
+    // set: nothing else runs meanwhile, and fn never takes its own key).
+    const next = prev ? prev.then(fn, fn) : start(fn);
     const tail = next.catch(() => undefined);
     this.tails.set(key, tail);
     void tail.then(() => {
@@ -17,5 +20,14 @@ export class KeyedLock {
   /** Keys with work queued or running. */
   get busy(): number {
     return this.tails.size;
+  }
+}
+
+/** fn() as a promise: a synchronous throw becomes a rejection, as in a then(). */
+function start<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return fn();
+  } catch (err) {
+    return Promise.reject(err);
   }
 }

@@ -200,7 +200,7 @@ function serveConnection(sock: net.Socket, handlers: CniHandlers, logger: Logger
     clearTimeout(timer);
     let raw;
     try {
-      raw = decodeWireRequest(Buffer.concat(chunks, size));
+      raw = decodeWireRequest(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
     } catch (err) {
       reject(err as CniError);
       return;

@@ -65,4 +65,20 @@ describeModes('attachments of one netns, and the host netns, %s mode', (mode) =>
     expect(fx.agent.store.list()).toEqual([]);
     if (mode === 'ebpf') expect(fx.agent.ebpf!.pods()).not.toContain(await netnsCookie(hostNetns));
   });
+
+  it('refuses by the cookie the forwarder sent: the host\'s cookie is the host, whatever the path', async () => {
+    // The forwarder reads CNI_NETNS's cookie; the agent compares it with its
+    // own instead of a stat of the path. A pod's path with the host's cookie
+    // is refused, so the cookie is what decided.
+    let err: unknown;
+    try {
+      await fx.agent.handlers.add({ ...req('ADD', 'eth0'), netnsCookie: await netnsCookie('/proc/self/ns/net') });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(CniError);
+    expect((err as CniError).code).toBe(4);
+    expect((err as Error).message).toMatch(/host's own network namespace/);
+    expect(fx.agent.store.list()).toEqual([]);
+  });
 });

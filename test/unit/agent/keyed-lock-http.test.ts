@@ -28,6 +28,19 @@ describe('KeyedLock', () => {
     await expect(failed).rejects.toThrow('boom');
     await expect(next).resolves.toBe('ok');
   });
+
+  it('starts work on a free key at once, and a synchronous throw is a rejection that frees the key', async () => {
+    const lock = new KeyedLock();
+    let started = false;
+    const p = lock.run('a', async () => { started = true; });
+    expect(started).toBe(true); // no promise hop before a free key's work
+    await p;
+    const thrown = lock.run('a', (() => { throw new Error('sync'); }) as () => Promise<void>);
+    await expect(thrown).rejects.toThrow('sync');
+    await expect(lock.run('a', async () => 'after')).resolves.toBe('after');
+    await new Promise((r) => setImmediate(r));
+    expect(lock.busy).toBe(0);
+  });
 });
 
 describe('parseListenAddress', () => {

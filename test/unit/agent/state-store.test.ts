@@ -1,8 +1,8 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { configOf, cookieOf, internSettings, readRecords, recordSettings, settingsOf, sharedConfig, StateStore, STATE_VERSION, type AttachmentRecord } from '../../../src/agent/state-store.js';
+import { configOf, cookieOf, internSettings, readRecords, recordSettings, recordText, settingsOf, sharedConfig, StateStore, STATE_VERSION, type AttachmentRecord } from '../../../src/agent/state-store.js';
 import { istioCapture } from '../../helpers/pods.js';
 
 let dir: string;
@@ -37,6 +37,25 @@ describe('StateStore', () => {
     expect(cookieOf(again.get('c2', 'eth0')!)).toBeNull();
     expect(configOf(r).parsed.outboundExcludePorts).toContain(5555);
     expect(configOf(r)).toEqual(istioCapture({ annotations: { 'traffic.sidecar.istio.io/excludeOutboundPorts': '5555' } }));
+  });
+
+  it('writes a record as JSON.stringify(rec, null, 1), byte for byte, shared settings spliced from their cached text', async () => {
+    const shared = internSettings(settingsOf(istioCapture()));
+    const cases: AttachmentRecord[] = [
+      rec('c1'), // the caller's own settings: stringified whole
+      { ...rec('c2'), settings: shared },
+      { ...rec('c3', { modeReason: 'x\n "settings": 0,\n' }), settings: shared }, // a value that looks like the slot
+      (() => { const { settings: _s, ...r } = { ...rec('c4') }; return { ...r, settings: shared } as AttachmentRecord; })(), // settings last: no slot
+    ];
+    for (const r of cases) expect(recordText(r)).toBe(JSON.stringify(r, null, 1) + '\n');
+    expect(recordText(cases[1]!)).toBe(recordText({ ...cases[1]! })); // from the cache the second time
+    const s = new StateStore(dir);
+    s.open();
+    for (const r of cases) await s.put(r);
+    for (const r of cases) {
+      expect(readFileSync(s.fileOf(r.containerId, r.ifname), 'utf8')).toBe(JSON.stringify(r, null, 1) + '\n');
+      expect(statSync(s.fileOf(r.containerId, r.ifname)).mode & 0o777).toBe(0o600);
+    }
   });
 
   it('replaces a record atomically and leaves no temporary files', async () => {
