@@ -25,6 +25,7 @@ import { createMetrics, type AgentMetrics } from './metrics.js';
 import { nodeDatapathProblems, reconcilePods, type PodProblemReporter, type ReconcileReport } from './reconcile.js';
 import { repairPods, type RepairActions, type RepairMode, type RepairOutcome } from './repair.js';
 import { StateStore } from './state-store.js';
+import { startMallocTrimmer, type MallocTrimmer } from './malloc-trim.js';
 import { adoptedSizeMessage, type MapSizes, type MapSizeState } from '../loader/map-sizes.js';
 
 /** One line with the LRU maps' sizes; a warning per pinned map that kept another size than asked. */
@@ -105,6 +106,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
   let repairing: Promise<RepairOutcome[]> | undefined;
   let repairTimer: NodeJS.Timeout | undefined;
   let onPodChange: (() => void) | undefined;
+  let trimmer: MallocTrimmer | undefined;
 
   const notReady = (): string | undefined => {
     if (closing) return 'shutting down';
@@ -140,6 +142,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
   const cleanup = async () => {
     closing = true;
     if (timer) clearInterval(timer);
+    trimmer?.close();
     if (repairTimer) clearTimeout(repairTimer);
     if (onPodChange) o.podSource.off('change', onPodChange);
     await running?.catch(() => undefined);
@@ -254,6 +257,10 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       cpuMs: Math.round((process.cpuUsage().user + process.cpuUsage().system) / 1000),
     }, 'meshcap agent ready');
 
+    // the start's freed buffers back to the kernel, then after every burst (malloc-trim.ts)
+    trimmer = startMallocTrimmer();
+    trimmer.soon();
+
     // After ready, not before: the start-up reconcile comes first.
     dp.ebpf?.inboundPool?.fill();
     // The CNI config validator (ajv) is compiled now rather than in the start
@@ -301,6 +308,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       // One pass at a time: a slow pass is joined, not stacked.
       running ??= pass('self-check', false).finally(() => {
         running = undefined;
+        trimmer?.soon();
       });
       if (repairMode !== 'off') void running.then(() => repairSoon(), () => undefined);
       return running;

@@ -183,6 +183,7 @@ interface Binding {
   getOriginalDst(fd: number, level: 'ipv4' | 'ipv6'): OriginalDst;
   setTransparent(fd: number, level: 'ipv4' | 'ipv6'): void;
   takeFd(pid: number, fd: number): number;
+  mallocTrim(): boolean;
   peerCredentials(fd: number): PeerCredentials;
   libbpfVersion(): string;
   takeLibbpfLog(): string;
@@ -399,6 +400,10 @@ export function setTransparent(fd: number, level: 'ipv4' | 'ipv6'): void {
 /** A duplicate (O_CLOEXEC) of fd `fd` of process `pid` (pidfd_open + pidfd_getfd, Linux 5.6; needs ptrace rights over pid). */
 export function takeFd(pid: number, fd: number): number {
   return native.takeFd(pid, fd);
+}
+/** glibc's malloc_trim(0): free pages inside the malloc heap back to the kernel; true when some were. */
+export function mallocTrim(): boolean {
+  return native.mallocTrim();
 }
 /** Who is at the other end of a connected unix socket (SO_PEERCRED: its pid, uid and gid at connect time). */
 export interface PeerCredentials {

@@ -20,6 +20,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitPeerCred(env, exports);
   InitConsts(env, exports);
   InitProgTemplate(env, exports);
+  InitMemory(env, exports);
   return exports;
 }
 

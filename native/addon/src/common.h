@@ -59,5 +59,6 @@ void InitPidfd(Napi::Env env, Napi::Object exports);
 void InitPeerCred(Napi::Env env, Napi::Object exports);
 void InitConsts(Napi::Env env, Napi::Object exports);
 void InitProgTemplate(Napi::Env env, Napi::Object exports);
+void InitMemory(Napi::Env env, Napi::Object exports);
 
 }  // namespace meshcap
