@@ -46,6 +46,9 @@ const RESTART_AT = new Set(opt['restart-at'].split(',').filter(Boolean).map(Numb
 const CONC = Number(opt.concurrency);
 const agentEnv = daemonSetAgentEnv();
 if (opt['agent-node-options'] !== undefined) agentEnv.NODE_OPTIONS = opt['agent-node-options'];
+// the agent's own switches for comparisons (MESHCAP_AGENT_MALLOC_TRIM=0, MESHCAP_AGENT_OPTIMIZE_FOR_SIZE=0) reach it from this
+// process's environment: named in the output so a run says what it measured
+const agentSwitches = Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('MESHCAP_AGENT_'))) as Record<string, string>;
 if (!SIZES.every((n, i) => Number.isInteger(n) && n >= 1 && n <= 16_000 && (i === 0 || n > SIZES[i - 1]!))) throw new Error('--sizes: increasing pod counts, at most 16,000 (mc_pods holds 16,384)');
 if (!(SAMPLE >= 1 && CONC >= 1)) throw new Error('--sample and --concurrency must be positive');
 if (process.getuid?.() !== 0) throw new Error('run as root: the bench makes network namespaces and loads BPF programs');
@@ -313,7 +316,7 @@ try {
 
   const f = (x: number) => x.toFixed(2).padStart(7);
   console.log(`eBPF mode, meshed Istio pods, ${SAMPLE} ADDs sampled per size, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
-  console.log(`agent env (deploy/meshcap.yaml${opt['agent-node-options'] !== undefined ? ', NODE_OPTIONS from --agent-node-options' : ''}): ${JSON.stringify(agentEnv)}; RSS at ready with no pod registered: ${memText(readyMem)}`);
+  console.log(`agent env (deploy/meshcap.yaml${opt['agent-node-options'] !== undefined ? ', NODE_OPTIONS from --agent-node-options' : ''}): ${JSON.stringify(agentEnv)}${Object.keys(agentSwitches).length > 0 ? `, switches ${JSON.stringify(agentSwitches)}` : ''}; RSS at ready with no pod registered: ${memText(readyMem)}`);
   console.log('pods registered   ADD p50   ADD p99   agent p50  agent p99   DEL p50   RSS MiB (MB, anon/file MiB)   status ms   load avg');
   for (const r of results) {
     console.log(`${String(r.pods).padStart(15)}  ${f(r.addExecToExit.p50)}   ${f(r.addExecToExit.p99)}   ${f(r.addAgent.p50)}  ${f(r.addAgent.p99)}   ${f(r.delExecToExit.p50)}   ${`${r.agentMem.rss.toFixed(1)} (${(r.agentMem.rss * 1.048576).toFixed(1)}, ${r.agentMem.anon.toFixed(1)}/${r.agentMem.file.toFixed(1)})`.padEnd(27)}   ${r.status.ms.toFixed(0).padStart(9)} (CPU ${r.status.cpuMs})   ${r.loadavg.map((x) => x.toFixed(1)).join(' ')}`);
@@ -324,7 +327,7 @@ try {
   const first = results[0]!;
   const last = results.at(-1)!;
   console.log(`ADD p50 growth ${first.pods} -> ${last.pods} pods: ${(((last.addExecToExit.p50 / first.addExecToExit.p50) - 1) * 100).toFixed(1)}% (exec to exit), ${(((last.addAgent.p50 / first.addAgent.p50) - 1) * 100).toFixed(1)}% (agent)`);
-  if (opt.json) writeFileSync(opt.json, JSON.stringify({ when: new Date().toISOString(), agentEnv, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, results }, null, 1) + '\n');
+  if (opt.json) writeFileSync(opt.json, JSON.stringify({ when: new Date().toISOString(), agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, results }, null, 1) + '\n');
 } finally {
   cleanup();
 }
