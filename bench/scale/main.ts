@@ -37,6 +37,8 @@ const { values: opt } = parseArgs({
     concurrency: { type: 'string', default: '16' },
     // default: the DaemonSet's NODE_OPTIONS (deploy/meshcap.yaml); '' measures without
     'agent-node-options': { type: 'string' },
+    // sizes after which the agent is watched for one self-check period (default: the last size; '' none)
+    'watch-self-check': { type: 'string' },
     json: { type: 'string' },
   },
 });
@@ -44,10 +46,13 @@ const SIZES = opt.sizes.split(',').map(Number);
 const SAMPLE = Number(opt.sample);
 const RESTART_AT = new Set(opt['restart-at'].split(',').filter(Boolean).map(Number));
 const CONC = Number(opt.concurrency);
+/** The agent's self-check period (its default --self-check-interval): a watch this long holds one pass. */
+const SELF_CHECK_MS = 30_000;
 const agentEnv = daemonSetAgentEnv();
 if (opt['agent-node-options'] !== undefined) agentEnv.NODE_OPTIONS = opt['agent-node-options'];
 // the agent's own switches for comparisons (MESHCAP_AGENT_MALLOC_TRIM=0, MESHCAP_AGENT_OPTIMIZE_FOR_SIZE=0) reach it from this
 // process's environment: named in the output so a run says what it measured
+const WATCH_AT = new Set((opt['watch-self-check'] ?? opt.sizes.split(',').at(-1)!).split(',').filter(Boolean).map(Number));
 const agentSwitches = Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('MESHCAP_AGENT_'))) as Record<string, string>;
 if (!SIZES.every((n, i) => Number.isInteger(n) && n >= 1 && n <= 16_000 && (i === 0 || n > SIZES[i - 1]!))) throw new Error('--sizes: increasing pod counts, at most 16,000 (mc_pods holds 16,384)');
 if (!(SAMPLE >= 1 && CONC >= 1)) throw new Error('--sample and --concurrency must be positive');
@@ -206,6 +211,41 @@ function memOf(pid: number): Mem {
 }
 const memText = (m: Mem) => `${m.rss.toFixed(1)} MiB (${(m.rss * 1.048576).toFixed(1)} MB; anon ${m.anon.toFixed(1)}, file ${m.file.toFixed(1)}, peak ${m.peak.toFixed(1)})`;
 
+/** CPU time of a process so far (/proc/PID/stat utime + stime), ms. */
+function cpuMsOf(pid: number): number {
+  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(f[11]) + Number(f[12])) * (1000 / 100); // USER_HZ: 100 on Linux
+}
+
+/**
+ * The agent's RSS over one self-check period with nothing else asked of it
+ * (VmRSS every 20 ms): at rest (the lowest reading) and its peak (a pass
+ * over every pod runs once in the window), and the agent's CPU in the window
+ * (the pass's, as the agent is otherwise idle; 10 ms ticks).
+ */
+interface SelfCheckWatch { ms: number; samples: number; restMiB: number; peakMiB: number; peakAnonMiB: number; cpuMs: number; hwmMiB: number; loadavg: number[] }
+async function watchSelfCheck(pid: number): Promise<SelfCheckWatch> {
+  const loadavg = os.loadavg();
+  const c0 = cpuMsOf(pid);
+  const t0 = performance.now();
+  let rest = Infinity;
+  let peak = 0;
+  let peakAnon = 0;
+  let samples = 0;
+  // a little over the period: the pass that starts in it ends in it
+  while (performance.now() - t0 < SELF_CHECK_MS + 3000) {
+    const m = memOf(pid);
+    rest = Math.min(rest, m.rss);
+    if (m.rss > peak) {
+      peak = m.rss;
+      peakAnon = m.anon;
+    }
+    samples++;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return { ms: performance.now() - t0, samples, restMiB: rest, peakMiB: peak, peakAnonMiB: peakAnon, cpuMs: cpuMsOf(pid) - c0, hwmMiB: memOf(pid).peak, loadavg };
+}
+
 const pct = (s: number[], p: number) => s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
 function summary(ms: number[]) {
   const s = [...ms].sort((a, b) => a - b);
@@ -222,6 +262,8 @@ interface SizeResult {
   agentMem: Mem;
   /** cpuMs: the command's CPU time (user + system, 10 ms ticks): wall time moves with the machine's load. */
   status: { ms: number; cpuMs: number; exitCode: number | null; pods: number };
+  /** One self-check period watched after the sample and `meshcap status` (--watch-self-check). */
+  selfCheckWatch?: SelfCheckWatch;
   coldStart?: { wallMs: number; startupMs: number; reconcileMs: number; cpuMs: number; steps: Record<string, number>; attachments: number; restored: number; dropped: number; rssMiB: number; mem: Mem; loadavg: number[] };
   registerPerSec: number;
 }
@@ -311,6 +353,11 @@ try {
     const res: SizeResult = { pods: size, loadavg, addExecToExit: summary(addMs), addAgent: summary(addAgentMs), delExecToExit: summary(delMs), agentRssMiB: rss, agentMem: mem, status: { ms: statusMs, cpuMs: statusCpuMs, exitCode: st.status, pods: statusPods }, registerPerSec, ...(coldStart ? { coldStart } : {}) };
     results.push(res);
     log(`${size} pods: ADD p50 ${res.addExecToExit.p50.toFixed(2)} ms (agent ${res.addAgent.p50.toFixed(2)} ms), RSS ${memText(mem)}, status ${statusMs.toFixed(0)} ms, CPU ${statusCpuMs} ms (${statusPods} pods, exit ${st.status})`);
+    if (WATCH_AT.has(size)) {
+      res.selfCheckWatch = await watchSelfCheck(agent!.pid!);
+      const w = res.selfCheckWatch;
+      log(`${size} pods, one self-check period watched (${w.samples} samples): RSS at rest ${w.restMiB.toFixed(1)} MiB, peak ${w.peakMiB.toFixed(1)} MiB (anon ${w.peakAnonMiB.toFixed(1)}), agent CPU ${w.cpuMs} ms, VmHWM ${w.hwmMiB.toFixed(1)} MiB`);
+    }
   }
   await stopAgent();
 
@@ -320,6 +367,10 @@ try {
   console.log('pods registered   ADD p50   ADD p99   agent p50  agent p99   DEL p50   RSS MiB (MB, anon/file MiB)   status ms   load avg');
   for (const r of results) {
     console.log(`${String(r.pods).padStart(15)}  ${f(r.addExecToExit.p50)}   ${f(r.addExecToExit.p99)}   ${f(r.addAgent.p50)}  ${f(r.addAgent.p99)}   ${f(r.delExecToExit.p50)}   ${`${r.agentMem.rss.toFixed(1)} (${(r.agentMem.rss * 1.048576).toFixed(1)}, ${r.agentMem.anon.toFixed(1)}/${r.agentMem.file.toFixed(1)})`.padEnd(27)}   ${r.status.ms.toFixed(0).padStart(9)} (CPU ${r.status.cpuMs})   ${r.loadavg.map((x) => x.toFixed(1)).join(' ')}`);
+  }
+  for (const r of results) {
+    const w = r.selfCheckWatch;
+    if (w) console.log(`${r.pods} pods, one self-check period (${(w.ms / 1000).toFixed(1)} s, RSS every 20 ms): RSS at rest ${w.restMiB.toFixed(1)} MiB (${(w.restMiB * 1.048576).toFixed(1)} MB), peak ${w.peakMiB.toFixed(1)} MiB (${(w.peakMiB * 1.048576).toFixed(1)} MB; anon ${w.peakAnonMiB.toFixed(1)}), agent CPU in the period ${w.cpuMs} ms (load ${w.loadavg.map((x) => x.toFixed(1)).join(' ')})`);
   }
   for (const r of results) {
     if (r.coldStart) console.log(`cold start adopting ${r.pods} pods: ${r.coldStart.wallMs.toFixed(0)} ms spawn to ready (agent startupMs ${r.coldStart.startupMs}, of which reconcile ${r.coldStart.reconcileMs}; CPU to ready ${r.coldStart.cpuMs} ms; ${r.coldStart.restored} restored, ${r.coldStart.dropped} dropped; RSS ${memText(r.coldStart.mem)}; load ${r.coldStart.loadavg.map((x) => x.toFixed(1)).join(' ')})`);
