@@ -7,6 +7,7 @@ import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { MAP, mcPod, mcStats, u64Key, type McPod, type McStats } from './layout.js';
+import { CookieMap, hexKeysByCookie, valuesByCookie } from './cookie-map.js';
 import { FULL, MapFullError } from './map-full.js';
 import { keyedEntries, keyedHex, netnsOfKey, NETNS_OFFSET, podEntries, podValue, type MapEntry, type MapName, type PodEntries } from './pod-entries.js';
 
@@ -41,14 +42,15 @@ function unpackKeys(packed: PackedKeys | undefined, size: number): Buffer[] {
  * BPF_MAP_LOOKUP_BATCH per few thousand entries, see bpf.mapEntries): a pass
  * (the agent's reconcile, `meshcap status`) compares each pod against it
  * instead of looking up each pod's entries, or scanning whole maps per pod
- * (O(pods x entries)). diff() without one reads the kernel itself.
+ * (O(pods x entries)). diff() without one reads the kernel itself. The
+ * entries stay in the read Buffers (CookieMap): no object per pod is held.
  */
 export interface KeySnapshot {
   /** The CIDR/port/range keys (hex) of each pod, by map. */
-  keys: Map<MapName, Map<bigint, Set<string>>>;
+  keys: Map<MapName, CookieMap<Set<string>>>;
   /** mc_pods and mc_stats values by netns cookie. */
-  pods: Map<bigint, Buffer>;
-  stats: Map<bigint, Buffer>;
+  pods: CookieMap<Buffer>;
+  stats: CookieMap<Buffer>;
   /** mc_portranges values by key (hex): a range's bounds are in its value. */
   ranges: Map<string, Buffer>;
   /** Pods whose inbound link pin was seen during this pass (EbpfBackend.netnsShownLive). */
@@ -257,27 +259,12 @@ export class PodMaps {
   /** Every pod's entries, each map read whole (noBatch: by the key walk, as on kernels without batch lookup; tests). */
   snapshot(opts: { noBatch?: boolean } = {}): KeySnapshot {
     const read = (m: MapName) => bpf.mapEntries(this.fd(m), opts.noBatch ? { noBatch: true } : undefined);
-    const byCookie = (m: MapName) => {
-      const e = read(m);
-      const out = new Map<bigint, Buffer>();
-      for (let i = 0; i < e.count; i++) out.set(e.keys.readBigUInt64LE(i * e.keySize), e.values.subarray(i * e.valueSize, (i + 1) * e.valueSize));
-      return out;
-    };
-    const snap: KeySnapshot = { keys: new Map(), pods: byCookie(MAP.pods), stats: byCookie(MAP.stats), ranges: new Map(), inboundSeen: new Set() };
+    const snap: KeySnapshot = { keys: new Map(), pods: valuesByCookie(read(MAP.pods)), stats: valuesByCookie(read(MAP.stats)), ranges: new Map(), inboundSeen: new Set() };
     for (const m of this.swept) {
       const e = read(m);
-      const at = NETNS_OFFSET[m]!;
-      const ks = e.keySize;
-      const byPod = new Map<bigint, Set<string>>();
-      for (let i = 0; i < e.count; i++) {
-        const netns = e.keys.readBigUInt64LE(i * ks + at);
-        const hex = e.keys.toString('hex', i * ks, (i + 1) * ks);
-        const keys = byPod.get(netns);
-        if (keys) keys.add(hex);
-        else byPod.set(netns, new Set([hex]));
-        if (m === MAP.portranges) snap.ranges.set(hex, e.values.subarray(i * e.valueSize, (i + 1) * e.valueSize));
-      }
-      snap.keys.set(m, byPod);
+      snap.keys.set(m, hexKeysByCookie(e, NETNS_OFFSET[m]!));
+      if (m !== MAP.portranges) continue;
+      for (let i = 0; i < e.count; i++) snap.ranges.set(e.keys.toString('hex', i * e.keySize, (i + 1) * e.keySize), e.values.subarray(i * e.valueSize, (i + 1) * e.valueSize));
     }
     return snap;
   }
