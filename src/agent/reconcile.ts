@@ -81,6 +81,9 @@ export function nodeDatapathProblems(pinRoot: string, ebpf: EbpfBackend): string
 /** Pods between two turns of the event loop in a pass. */
 const YIELD_EVERY = 64;
 
+/** Pods per native liveness call at the start of a pass (bounds its per-pod arrays and strings). */
+const LIVENESS_BATCH = 1024;
+
 /** Pods reconciled at once. */
 export const RECONCILE_CONCURRENCY = 4;
 
@@ -115,28 +118,44 @@ export async function reconcilePods(
       return (snap ??= ebpf.snapshot());
     },
     listening: () => (listening ??= d.datapath.ebpf?.listenerSnapshot() ?? new Set()),
-    shownLive: new Set(),
   };
 
   // iptables pods cost an iptables-save in their netns each: the self-check
   // visits them less often than eBPF pods (see the agent).
   const records = d.store.list().filter((r) => !(opts.skipIptables && r.mode === 'iptables'));
   report.records = records.length;
-  // Every eBPF pod's netns shown live by its pinned link, in one native call
-  // (per pod it was four syscalls through N-API each). A pod not shown here,
-  // or whose record changed since, is looked at on its own below.
-  const linked = d.datapath.ebpf ? records.filter((r) => r.mode === 'ebpf' && r.netnsCookie !== null) : [];
-  if (linked.length > 0) {
-    const snap = pass.snapshot();
-    const shown = d.datapath.ebpf!.netnsShownLiveMany(linked.map((r) => ({ netnsPath: r.netns, netns: cookieOf(r)! })), snap);
-    linked.forEach((r, i) => shown[i] && pass.shownLive.add(liveKey(r)));
+  // Every eBPF pod's netns shown live by its pinned link, LIVENESS_BATCH pods
+  // per native call (per pod it was four syscalls through N-API each). A pod
+  // not shown here, or whose record changed since, is looked at on its own
+  // below. A flag per record, not a key string per pod held for the pass.
+  const shownAtStart = new Uint8Array(records.length);
+  const ebpfAtStart = d.datapath.ebpf;
+  if (ebpfAtStart) {
+    let batch: number[] = [];
+    const flush = () => {
+      if (batch.length === 0) return;
+      const shown = ebpfAtStart.netnsShownLiveMany(batch.map((i) => ({ netnsPath: records[i]!.netns, netns: cookieOf(records[i]!)! })), pass.snapshot());
+      batch.forEach((i, k) => {
+        if (shown[k]) shownAtStart[i] = 1;
+      });
+      batch = [];
+    };
+    records.forEach((r, i) => {
+      if (r.mode !== 'ebpf' || r.netnsCookie === null) return;
+      batch.push(i);
+      if (batch.length === LIVENESS_BATCH) flush();
+    });
+    flush();
   }
-  const one = async (first: AttachmentRecord): Promise<void> => {
+  const one = async (at: number): Promise<void> => {
+    const first = records[at]!;
     const out = await d.lock.run(first.containerId, async (): Promise<PodOutcome | null> => {
       // Re-read under the lock: an ADD or DEL may have changed it meanwhile.
       const rec = d.store.get(first.containerId, first.ifname);
       if (!rec) return null;
-      return reconcileOne(d, rec, pass, trigger);
+      // shown at the start only if it still names the netns the link showed
+      const shown = shownAtStart[at] === 1 && rec.netnsCookie === first.netnsCookie && rec.netns === first.netns;
+      return reconcileOne(d, rec, pass, trigger, shown);
     });
     if (!out) return;
     report.pods.push(out);
@@ -159,7 +178,7 @@ export async function reconcilePods(
   let next = 0;
   const worker = async () => {
     while (next < records.length) {
-      await one(records[next++]!);
+      await one(next++);
       // A pass over eBPF pods awaits only settled promises (microtasks): it
       // lets the CNI socket's I/O in every YIELD_EVERY pods, so a self-check
       // over 10,000 pods does not hold ADDs for its whole length.
@@ -186,18 +205,15 @@ interface PassState {
   snapshot(): KeySnapshot | undefined;
   /** mc_listen's pods and families, one walk per pass (see refillPodListeners). */
   listening(): Set<string>;
-  /** Pods (liveKey) whose netns their pinned link showed live at the start of the pass. */
-  shownLive: Set<string>;
 }
 
-const liveKey = (r: AttachmentRecord) => `${r.netnsCookie}\0${r.netns}`;
-
-async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassState, trigger: ReconcileTrigger): Promise<PodOutcome> {
+/** shownAtStart: the pod's pinned link showed its recorded netns live at the start of the pass. */
+async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassState, trigger: ReconcileTrigger, shownAtStart: boolean): Promise<PodOutcome> {
   const base = { pod: podName(rec), containerId: rec.containerId };
   const cookie = cookieOf(rec);
   const snap = rec.mode === 'ebpf' ? pass.snapshot() : undefined;
   // A pod's pinned link shows its netns live without a setns (most eBPF pods).
-  const shown = rec.mode === 'ebpf' && cookie !== null && (pass.shownLive.has(liveKey(rec)) || d.datapath.ebpf?.netnsShownLive(rec.netns, cookie, snap) === true);
+  const shown = rec.mode === 'ebpf' && cookie !== null && (shownAtStart || d.datapath.ebpf?.netnsShownLive(rec.netns, cookie, snap) === true);
   const ns = shown ? 'live' : await netnsState(rec.netns, cookie);
   if (ns !== 'live') {
     // The pod is gone (its DEL went unanswered) or the path names another netns now.
