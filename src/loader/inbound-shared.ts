@@ -154,9 +154,10 @@ async function retireShared(pinRoot: string): Promise<number> {
   const pin = L.prog(INBOUND_SHARED_PROGRAM);
   if (existsSync(pin)) unlinkSync(pin);
   // every stub, pin or not: one whose array this load emptied (retireOldLayout) refuses until moved
-  if (podCookies(pinRoot).length === 0) return 0;
+  const cookies = podCookies(pinRoot);
+  if (cookies.length === 0) return 0;
   let sizes: ReturnType<typeof pinnedSizes> | undefined;
-  return relinkStubs(pinRoot, async () => loadWhole(L.maps, (sizes ??= pinnedSizes(L.maps))));
+  return relinkStubs(pinRoot, cookies, async () => loadWhole(L.maps, (sizes ??= pinnedSizes(L.maps))));
 }
 
 /**
@@ -169,10 +170,11 @@ async function retireShared(pinRoot: string): Promise<number> {
  * (older meshcap, or a kernel without the shared one) need no slot and stay.
  */
 async function relinkToTemplate(pinRoot: string): Promise<number> {
-  if (podCookies(pinRoot).length === 0) return 0;
+  const cookies = podCookies(pinRoot);
+  if (cookies.length === 0) return 0;
   const template = new StubTemplate(pinLayout(pinRoot).maps);
   try {
-    return await relinkStubs(pinRoot, async () => template.instance());
+    return await relinkStubs(pinRoot, cookies, async () => template.instance());
   } finally {
     template.close();
   }
@@ -183,11 +185,11 @@ function podCookies(pinRoot: string): string[] {
   return existsSync(L.pods) ? readdirSync(L.pods).filter((d) => /^\d+$/.test(d) && existsSync(L.podInbound(BigInt(d)))) : [];
 }
 
-/** Gives each pod linked to a stub the instance make() returns, its cookie written first, in place. */
-async function relinkStubs(pinRoot: string, make: () => Promise<InboundInstance>): Promise<number> {
+/** Gives each of these pods linked to a stub the instance make() returns, its cookie written first, in place. */
+async function relinkStubs(pinRoot: string, cookies: string[], make: () => Promise<InboundInstance>): Promise<number> {
   const L = pinLayout(pinRoot);
   let relinked = 0;
-  for (const c of podCookies(pinRoot)) {
+  for (const c of cookies) {
     const fd = bpf.objGet(L.podInbound(BigInt(c)));
     try {
       if (!isStub(bpf.linkInfo(fd).progId)) continue;

@@ -164,7 +164,7 @@ export async function loadInboundInstance(mapsDir: string, netns = 0n, sizes?: R
 }
 
 /** Kernel id of the map pinned at mapsDir/name; null when none. */
-export function pinnedMapId(mapsDir: string, name: string): number | null {
+function pinnedMapId(mapsDir: string, name: string): number | null {
   let fd: number;
   try {
     fd = bpf.objGet(path.join(mapsDir, name));
