@@ -257,6 +257,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       cpuMs: Math.round((process.cpuUsage().user + process.cpuUsage().system) / 1000),
     }, 'meshcap agent ready');
 
+    const readyAt = performance.now();
     // the start's freed buffers back to the kernel, then after every burst (malloc-trim.ts)
     trimmer = startMallocTrimmer();
     trimmer.soon();
@@ -266,6 +267,17 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
     // The CNI config validator (ajv) is compiled now rather than in the start
     // or in the first ADD.
     setImmediate(() => netConfValidator());
+
+    // The start has settled once the first repair pass is done (the stub pool
+    // is filled by then): its garbage goes now (malloc-trim.ts, collect()).
+    const memMiB = () => Object.fromEntries(Object.entries(process.memoryUsage()).map(([k, v]) => [`${k}MiB`, Math.round(v / 104857.6) / 10]));
+    let settledOnce = false;
+    const settled = () => {
+      if (settledOnce || closing) return;
+      settledOnce = true;
+      const gcMs = trimmer?.collect();
+      if (gcMs !== undefined) log.info({ gcMs: Math.round(gcMs * 10) / 10, sinceReadyMs: Math.round(performance.now() - readyAt), ...memMiB() }, 'start-up settled: its garbage collected');
+    };
 
     const repairMode = o.repair ?? 'repair';
     const repairFailedAt = new Map<string, number>();
@@ -293,7 +305,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       if (closing || repairTimer) return;
       repairTimer = setTimeout(() => {
         repairTimer = undefined;
-        repair().catch((err: unknown) => log.error({ err }, 'repair pass failed'));
+        repair().catch((err: unknown) => log.error({ err }, 'repair pass failed')).finally(settled);
       }, 200);
       repairTimer.unref();
     };
@@ -302,7 +314,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       onPodChange = repairSoon;
       o.podSource.on('change', onPodChange);
       repairSoon();
-    }
+    } else setTimeout(settled, 200).unref();
 
     const selfCheck = (): Promise<ReconcileReport> => {
       // One pass at a time: a slow pass is joined, not stacked.

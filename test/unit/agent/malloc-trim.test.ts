@@ -1,7 +1,8 @@
 // The agent's malloc trim (src/agent/malloc-trim.ts): glibc's malloc_trim(0)
 // gives back free pages between live chunks of the brk heap, which its own
 // trim (the top only) keeps; the trimmer runs it after a major GC, at most
-// once per interval, and not at all with MESHCAP_AGENT_MALLOC_TRIM=0.
+// once per interval, and not at all with MESHCAP_AGENT_MALLOC_TRIM=0;
+// collect() (once the agent's start has settled) is a full GC and the trim at once.
 import { readFileSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
@@ -61,8 +62,38 @@ describe('malloc trim', () => {
     const off = startMallocTrimmer({ env: { MESHCAP_AGENT_MALLOC_TRIM: '0' } });
     gc();
     off.soon();
+    expect(off.collect()).toBeUndefined();
     await sleep(50);
     expect(off.trims).toBe(0);
+    expect(off.collections).toBe(0);
     off.close();
+  });
+
+  it('collect(): a full GC that frees what the start left, the trim at once and only once', async () => {
+    const t = startMallocTrimmer({ minIntervalMs: 60_000 });
+    try {
+      t.soon(); // the trim at ready
+      await sleep(20);
+      expect(t.trims).toBe(1);
+      // garbage in the malloc heap (Buffers' backing stores) and in V8's heap, unreachable but not collected
+      let junk: unknown[] | undefined = [];
+      for (let i = 0; i < 300; i++) junk.push(Buffer.allocUnsafeSlow(48 << 10).fill(2), { i, s: `x${i}`.repeat(64) });
+      junk = undefined;
+      const before = brkRssKiB();
+      const ms = t.collect();
+      expect(ms).toBeGreaterThan(0);
+      expect(t.collections).toBe(1);
+      // within the interval, yet at once: what the GC freed is back
+      expect(t.trims).toBe(2);
+      expect(before - brkRssKiB()).toBeGreaterThan(8 << 10);
+      await sleep(50);
+      expect(t.trims).toBe(2); // its own major GC does not ask for another
+    } finally {
+      t.close();
+    }
+    const noGc = startMallocTrimmer({ env: { MESHCAP_AGENT_SETTLE_GC: '0' } });
+    expect(noGc.collect()).toBeUndefined();
+    expect(noGc.collections).toBe(0);
+    noGc.close();
   });
 });
