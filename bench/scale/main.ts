@@ -6,7 +6,7 @@
 // new agent on the same state dir and pin root), timed from spawn to its
 // "ready" line.
 //
-//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--restart-at 1000,10000] [--json FILE]
+//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--warmup 200] [--restart-at 1000,10000] [--json FILE]
 //
 // Needs root and the build (npm run build). The agent is the real one
 // (bin/meshcap agent --standalone, a pods file), as in bench:cni.
@@ -33,6 +33,8 @@ const { values: opt } = parseArgs({
   options: {
     sizes: { type: 'string', default: '10,1000,10000' },
     sample: { type: 'string', default: '200' },
+    // unrecorded ADD+DEL pairs before each size's sample: every row measures a warmed agent
+    warmup: { type: 'string', default: '200' },
     'restart-at': { type: 'string', default: '1000,10000' },
     concurrency: { type: 'string', default: '16' },
     // default: the DaemonSet's NODE_OPTIONS (deploy/meshcap.yaml); '' measures without
@@ -44,6 +46,7 @@ const { values: opt } = parseArgs({
 });
 const SIZES = opt.sizes.split(',').map(Number);
 const SAMPLE = Number(opt.sample);
+const WARMUP = Number(opt.warmup);
 const RESTART_AT = new Set(opt['restart-at'].split(',').filter(Boolean).map(Number));
 const CONC = Number(opt.concurrency);
 /** The agent's self-check period (its default --self-check-interval): a watch this long holds one pass. */
@@ -56,13 +59,57 @@ const WATCH_AT = new Set((opt['watch-self-check'] ?? opt.sizes.split(',').at(-1)
 const agentSwitches = Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('MESHCAP_AGENT_'))) as Record<string, string>;
 if (!SIZES.every((n, i) => Number.isInteger(n) && n >= 1 && n <= 16_000 && (i === 0 || n > SIZES[i - 1]!))) throw new Error('--sizes: increasing pod counts, at most 16,000 (mc_pods holds 16,384)');
 if (!(SAMPLE >= 1 && CONC >= 1)) throw new Error('--sample and --concurrency must be positive');
+if (!(Number.isInteger(WARMUP) && WARMUP >= 0)) throw new Error('--warmup: a number of ADD+DEL pairs, 0 or more');
 if (process.getuid?.() !== 0) throw new Error('run as root: the bench makes network namespaces and loads BPF programs');
 for (const f of [CNI, path.join(root, 'dist/cli/main.js')]) if (!existsSync(f)) throw new Error(`${f} is missing: npm run build`);
+
+/** Network namespaces the kernel holds, live or dying (the net_namespace slab's active objects); undefined where slabinfo does not show it. */
+function netnsObjects(): number | undefined {
+  try {
+    const line = readFileSync('/proc/slabinfo', 'utf8').split('\n').find((l) => l.startsWith('net_namespace '));
+    return line === undefined ? undefined : Number(line.split(/\s+/)[1]);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Waits until the kernel has freed the network namespaces of an earlier run.
+ * Ten thousand namespaces left with the bench's mount namespace stay queued
+ * until the next namespace is made or removed; then the kernel's cleanup
+ * takes both CPUs (load 15-18). A run that began then measured the cleanup in
+ * its first rows. So a namespace is made and removed to start it, again every
+ * 2 s, until the count is back to `target` or stops falling (at most 3 min).
+ * Returns the count left.
+ */
+function awaitNetnsTeardown(when: string, target = 0): number | undefined {
+  const before = netnsObjects();
+  if (before === undefined) {
+    console.error(`bench:scale: ${when}: /proc/slabinfo shows no net_namespace count; not waiting for the kernel's namespace cleanup`);
+    return undefined;
+  }
+  const kick = `meshcap-scale-kick-${process.pid}`;
+  const t0 = performance.now();
+  let last = before;
+  let still = 0;
+  while (performance.now() - t0 < 180_000) {
+    spawnSync('ip', ['netns', 'add', kick]);
+    spawnSync('ip', ['netns', 'del', kick]);
+    spawnSync('sleep', ['2']);
+    const n = netnsObjects() ?? 0;
+    still = n < last - 10 ? 0 : still + 1;
+    last = n;
+    if (n <= target + 100 || still >= 2) break;
+  }
+  if (before - last > 100) console.error(`bench:scale: ${when}: the kernel freed ${before - last} network namespaces in ${((performance.now() - t0) / 1000).toFixed(1)} s (${last} left)`);
+  return last;
+}
 
 // ---- outer: a private mount namespace for the inner run, and a backstop cleanup
 if (process.env.MESHCAP_SCALE_INNER === undefined) {
   const pinRoot = `/sys/fs/bpf/meshcap-scale-${process.pid}`;
   const pidFile = path.join(os.tmpdir(), `meshcap-scale-${process.pid}.agent`);
+  const base = awaitNetnsTeardown('before the run');
   const r = spawnSync('unshare', ['--mount', '--propagation', 'private', process.execPath, ...process.execArgv, ...process.argv.slice(1)], {
     stdio: 'inherit', env: { ...process.env, MESHCAP_SCALE_INNER: pinRoot, MESHCAP_SCALE_PIDFILE: pidFile },
   });
@@ -73,6 +120,8 @@ if (process.env.MESHCAP_SCALE_INNER === undefined) {
   } catch { /* no agent recorded, or gone */ }
   rmSync(pidFile, { force: true });
   if (existsSync(pinRoot)) execFileSync(process.execPath, [MESHCAP, 'uninstall', '--force', '--pin-root', pinRoot], { stdio: 'ignore' });
+  // the run's namespaces gone before the next thing on this machine is measured
+  awaitNetnsTeardown('after the run', base);
   process.exit(r.status ?? 1);
 }
 
@@ -258,6 +307,8 @@ interface SizeResult {
   loadavg: number[];
   addExecToExit: ReturnType<typeof summary>;
   addAgent: ReturnType<typeof summary>;
+  /** the agent's CPU (utime + stime, 10 ms ticks) over the sampled ADDs, per ADD */
+  addAgentCpuUs: number;
   delExecToExit: ReturnType<typeof summary>;
   agentRssMiB: number;
   agentMem: Mem;
@@ -316,17 +367,28 @@ try {
       }
     }
 
+    // Warm-up, unrecorded: right after a (re)start the agent's ADD path is
+    // still being compiled by V8, and a row sampled then measured the JIT,
+    // not the pod count (10-pod rows read agent p50 0.5-2.8 ms, the 10,000-pod
+    // row, sampled after adopting 10,000 pods had run the same code, 0.5-1.0).
+    for (let i = 0; i < WARMUP; i++) {
+      await runCni('ADD', `w${i}`, `q${i % SAMPLE}`, probePath(i % SAMPLE), probeIp(i % SAMPLE));
+      await runCni('DEL', `w${i}`, `q${i % SAMPLE}`, probePath(i % SAMPLE), probeIp(i % SAMPLE));
+    }
     // the sample: SAMPLE sequential ADDs of fresh pods on top of `size`, then their DELs
     await new Promise((r) => setTimeout(r, 500));
     const loadavg = os.loadavg();
     const addMs: number[] = [];
     const addAgentMs: number[] = [];
     const tag = `s${size}-`;
+    // the agent's CPU over the ADDs: its own work, apart from what it waits for
+    const agentCpu0 = cpuMsOf(agent!.pid!);
     for (let i = 0; i < SAMPLE; i++) {
       const r = await runCni('ADD', `${tag}${i}`, `q${i}`, probePath(i), probeIp(i));
       if (r.code !== 0) throw new Error(`ADD q${i} failed: ${r.out}`);
       addMs.push(r.ms);
     }
+    const addAgentCpuUs = ((cpuMsOf(agent!.pid!) - agentCpu0) * 1000) / SAMPLE;
     const mem = memOf(agent!.pid!);
     const rss = mem.rss;
     const delMs: number[] = [];
@@ -351,9 +413,9 @@ try {
     try {
       statusPods = (JSON.parse(st.stdout) as { pods: unknown[] }).pods.length;
     } catch { /* reported as -1 */ }
-    const res: SizeResult = { pods: size, loadavg, addExecToExit: summary(addMs), addAgent: summary(addAgentMs), delExecToExit: summary(delMs), agentRssMiB: rss, agentMem: mem, status: { ms: statusMs, cpuMs: statusCpuMs, exitCode: st.status, pods: statusPods }, registerPerSec, ...(coldStart ? { coldStart } : {}) };
+    const res: SizeResult = { pods: size, loadavg, addExecToExit: summary(addMs), addAgent: summary(addAgentMs), addAgentCpuUs, delExecToExit: summary(delMs), agentRssMiB: rss, agentMem: mem, status: { ms: statusMs, cpuMs: statusCpuMs, exitCode: st.status, pods: statusPods }, registerPerSec, ...(coldStart ? { coldStart } : {}) };
     results.push(res);
-    log(`${size} pods: ADD p50 ${res.addExecToExit.p50.toFixed(2)} ms (agent ${res.addAgent.p50.toFixed(2)} ms), RSS ${memText(mem)}, status ${statusMs.toFixed(0)} ms, CPU ${statusCpuMs} ms (${statusPods} pods, exit ${st.status})`);
+    log(`${size} pods: ADD p50 ${res.addExecToExit.p50.toFixed(2)} ms (agent ${res.addAgent.p50.toFixed(2)} ms, its CPU ${addAgentCpuUs.toFixed(0)} µs per ADD), RSS ${memText(mem)}, status ${statusMs.toFixed(0)} ms, CPU ${statusCpuMs} ms (${statusPods} pods, exit ${st.status})`);
     if (WATCH_AT.has(size)) {
       res.selfCheckWatch = await watchSelfCheck(agent!.pid!);
       const w = res.selfCheckWatch;
@@ -363,11 +425,11 @@ try {
   await stopAgent();
 
   const f = (x: number) => x.toFixed(2).padStart(7);
-  console.log(`eBPF mode, meshed Istio pods, ${SAMPLE} ADDs sampled per size, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
+  console.log(`eBPF mode, meshed Istio pods, ${SAMPLE} ADDs sampled per size after ${WARMUP} unrecorded ADD+DEL pairs, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
   console.log(`agent env (deploy/meshcap.yaml${opt['agent-node-options'] !== undefined ? ', NODE_OPTIONS from --agent-node-options' : ''}): ${JSON.stringify(agentEnv)}${Object.keys(agentSwitches).length > 0 ? `, switches ${JSON.stringify(agentSwitches)}` : ''}; RSS at ready with no pod registered: ${memText(readyMem)}`);
-  console.log('pods registered   ADD p50   ADD p99   agent p50  agent p99   DEL p50   RSS MiB (MB, anon/file MiB)   status ms   load avg');
+  console.log('pods registered   ADD p50   ADD p99   agent p50  agent p99  agent CPU/ADD µs   DEL p50   RSS MiB (MB, anon/file MiB)   status ms   load avg');
   for (const r of results) {
-    console.log(`${String(r.pods).padStart(15)}  ${f(r.addExecToExit.p50)}   ${f(r.addExecToExit.p99)}   ${f(r.addAgent.p50)}  ${f(r.addAgent.p99)}   ${f(r.delExecToExit.p50)}   ${`${r.agentMem.rss.toFixed(1)} (${(r.agentMem.rss * 1.048576).toFixed(1)}, ${r.agentMem.anon.toFixed(1)}/${r.agentMem.file.toFixed(1)})`.padEnd(27)}   ${r.status.ms.toFixed(0).padStart(9)} (CPU ${r.status.cpuMs})   ${r.loadavg.map((x) => x.toFixed(1)).join(' ')}`);
+    console.log(`${String(r.pods).padStart(15)}  ${f(r.addExecToExit.p50)}   ${f(r.addExecToExit.p99)}   ${f(r.addAgent.p50)}  ${f(r.addAgent.p99)}  ${r.addAgentCpuUs.toFixed(0).padStart(16)}   ${f(r.delExecToExit.p50)}   ${`${r.agentMem.rss.toFixed(1)} (${(r.agentMem.rss * 1.048576).toFixed(1)}, ${r.agentMem.anon.toFixed(1)}/${r.agentMem.file.toFixed(1)})`.padEnd(27)}   ${r.status.ms.toFixed(0).padStart(9)} (CPU ${r.status.cpuMs})   ${r.loadavg.map((x) => x.toFixed(1)).join(' ')}`);
   }
   for (const r of results) {
     const w = r.selfCheckWatch;
@@ -379,7 +441,7 @@ try {
   const first = results[0]!;
   const last = results.at(-1)!;
   console.log(`ADD p50 growth ${first.pods} -> ${last.pods} pods: ${(((last.addExecToExit.p50 / first.addExecToExit.p50) - 1) * 100).toFixed(1)}% (exec to exit), ${(((last.addAgent.p50 / first.addAgent.p50) - 1) * 100).toFixed(1)}% (agent)`);
-  if (opt.json) writeFileSync(opt.json, JSON.stringify({ when: new Date().toISOString(), agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, results }, null, 1) + '\n');
+  if (opt.json) writeFileSync(opt.json, JSON.stringify({ when: new Date().toISOString(), agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, warmup: WARMUP, results }, null, 1) + '\n');
 } finally {
   cleanup();
 }
