@@ -237,7 +237,7 @@ async function startAgentProcess(): Promise<{ wallMs: number; ready: Record<stri
       const l = JSON.parse(line) as Record<string, unknown>;
       if (l.msg === 'cni request' && typeof l.containerId === 'string' && typeof l.durationMs === 'number') agentMs.set(`${l.verb as string}:${l.containerId}`, l.durationMs);
       else if (l.msg === 'meshcap agent ready') readyLine?.(l);
-      else if (l.msg === 'start-up settled: its garbage collected') log(`agent's start-up settled ${String(l.sinceReadyMs)} ms after ready: full GC ${String(l.gcMs)} ms, then RSS ${String(l.rssMiB)} MiB, V8 heap ${String(l.heapUsedMiB)} of ${String(l.heapTotalMiB)} MiB used, external ${String(l.externalMiB)} MiB`);
+      else if (l.msg === 'start-up settled: its garbage collected') log(`agent's start-up settled ${String(l.sinceReadyMs)} ms after ready: full GCs ${JSON.stringify(l.gcMs)} ms, then RSS ${String(l.rssMiB)} MiB (its peak so far ${memOf(a.pid!).peak.toFixed(1)}), V8 heap ${String(l.heapUsedMiB)} of ${String(l.heapTotalMiB)} MiB used, external ${String(l.externalMiB)} MiB`);
       else if ((l.level as number) >= 40) process.stderr.write(`agent: ${line}\n`);
     }
   });

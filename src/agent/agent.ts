@@ -258,25 +258,36 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
     }, 'meshcap agent ready');
 
     const readyAt = performance.now();
-    // the start's freed buffers back to the kernel, then after every burst (malloc-trim.ts)
+    // malloc'd pages freed after every burst (malloc-trim.ts)
     trimmer = startMallocTrimmer();
-    trimmer.soon();
 
     // After ready, not before: the start-up reconcile comes first.
     dp.ebpf?.inboundPool?.fill();
+    // The start's garbage is collected twice (malloc-trim.ts, collect()):
+    // the adoption's before the first ADD and the first repair pass add to it
+    // (at 10,000 pods ~9 MiB of V8 heap and ~9 MiB of malloc'd memory only a
+    // GC frees), and the first repair pass's once it is done.
+    const gcMs: number[] = [];
+    const collect = () => {
+      const ms = trimmer?.collect();
+      if (ms === undefined) trimmer?.soon();
+      else gcMs.push(Math.round(ms * 10) / 10);
+    };
     // The CNI config validator (ajv) is compiled now rather than in the start
     // or in the first ADD.
-    setImmediate(() => netConfValidator());
+    setImmediate(() => {
+      netConfValidator();
+      if (!closing) collect();
+    });
 
-    // The start has settled once the first repair pass is done (the stub pool
-    // is filled by then): its garbage goes now (malloc-trim.ts, collect()).
     const memMiB = () => Object.fromEntries(Object.entries(process.memoryUsage()).map(([k, v]) => [`${k}MiB`, Math.round(v / 104857.6) / 10]));
     let settledOnce = false;
     const settled = () => {
       if (settledOnce || closing) return;
       settledOnce = true;
-      const gcMs = trimmer?.collect();
-      if (gcMs !== undefined) log.info({ gcMs: Math.round(gcMs * 10) / 10, sinceReadyMs: Math.round(performance.now() - readyAt), ...memMiB() }, 'start-up settled: its garbage collected');
+      collect();
+      // after the trim that follows the GC
+      if (gcMs.length > 0) setTimeout(() => log.info({ gcMs, sinceReadyMs: Math.round(performance.now() - readyAt), ...memMiB() }, 'start-up settled: its garbage collected'), 150).unref();
     };
 
     const repairMode = o.repair ?? 'repair';

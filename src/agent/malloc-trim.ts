@@ -30,11 +30,11 @@ export interface MallocTrimmer {
   soon(): void;
   /**
    * A full GC now (its ms returned; undefined when switched off), then the
-   * trim at once. Once the start-up has settled: adopting 10,000 pods and the
-   * first repair pass leave ~14 MiB of garbage in V8's heap (used 34.8 ->
-   * 20.9 MiB in a measured start) that V8 collects only when the heap grows
-   * again, which a burst of CNI operations does, so the burst's peak carried
-   * it (docs/bench-scale.md, round 6).
+   * trim 100 ms later whatever the interval. For the start's garbage: adopting 10,000 pods leaves ~9 MiB
+   * of V8 heap and ~9 MiB of malloc'd memory that only a GC frees (brk heap
+   * 15.0 -> 5.6 MiB, V8 heap used 31.8 -> 23.2 MiB in a measured start),
+   * which V8 collects only when the heap grows again, on top of which the
+   * first burst of CNI operations then peaked (docs/bench-scale.md, round 6).
    */
   collect(): number | undefined;
   /** How many full GCs collect() ran. */
@@ -43,6 +43,9 @@ export interface MallocTrimmer {
   readonly trims: number;
   close(): void;
 }
+
+/** How long collect() gives V8's background sweeping before its trim. */
+const SWEEP_WAIT_MS = 100;
 
 export function startMallocTrimmer(o: { minIntervalMs?: number; env?: NodeJS.ProcessEnv } = {}): MallocTrimmer {
   const minInterval = o.minIntervalMs ?? 1000;
@@ -72,8 +75,7 @@ export function startMallocTrimmer(o: { minIntervalMs?: number; env?: NodeJS.Pro
     pending.unref();
   };
   const obs = new PerformanceObserver((list) => {
-    // a major GC that ended before the last trim (collect()'s own) is covered by it
-    if (list.getEntries().some((e) => ((e as { detail?: { kind?: number } }).detail)?.kind === constants.NODE_PERFORMANCE_GC_MAJOR && e.startTime + e.duration > last)) soon();
+    if (list.getEntries().some((e) => ((e as { detail?: { kind?: number } }).detail)?.kind === constants.NODE_PERFORMANCE_GC_MAJOR)) soon();
   });
   obs.observe({ entryTypes: ['gc'] });
   return {
@@ -84,9 +86,12 @@ export function startMallocTrimmer(o: { minIntervalMs?: number; env?: NodeJS.Pro
       const t0 = performance.now();
       gc();
       const ms = performance.now() - t0;
-      // the trim now, whatever the interval: what the GC freed is what it is for
+      // The trim whatever the interval (what the GC freed is what it is
+      // for), a moment later: V8 frees dead ArrayBuffers' backing stores on a
+      // background thread after the GC, not within it.
       cancel();
-      run();
+      pending = setTimeout(run, SWEEP_WAIT_MS);
+      pending.unref();
       return ms;
     },
     get trims() {
