@@ -57,11 +57,6 @@ function podRef(req: CniRequest): { ns: string; name: string } {
 const causeOf = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
 /** Two records of the same network namespace (same cookie, else same path). */
-function sameNetns(a: AttachmentRecord, b: AttachmentRecord): boolean {
-  if (a.netnsCookie !== null && b.netnsCookie !== null) return a.netnsCookie === b.netnsCookie;
-  return a.netns !== '' && a.netns === b.netns;
-}
-
 const SELF_NETNS = '/proc/self/ns/net';
 /** The agent's own netns never changes: stat it once. */
 let selfNetns: { dev: number; ino: number } | undefined;
@@ -112,7 +107,7 @@ export function createAgentHandlers(d: AgentHandlerDeps): CniHandlers & { remove
     const pod = `${rec.podNamespace}/${rec.podName}`;
     // One netns, several attachments (Multus: eth0 and net1 each run the
     // chain): the capture is the netns's, so it stays until the last one goes.
-    const sibling = d.store.list().find((r) => !(r.containerId === rec.containerId && r.ifname === rec.ifname) && sameNetns(r, rec));
+    const sibling = d.store.siblingOf(rec);
     if (sibling) {
       log.info({ pod, containerId: rec.containerId, ifname: rec.ifname, keptBy: `${sibling.containerId}@${sibling.ifname}` }, 'attachment removed; the netns stays captured for its other attachment');
       await d.store.remove(rec.containerId, rec.ifname);

@@ -209,9 +209,29 @@ export function readRecords(dir: string): { records: AttachmentRecord[]; problem
   return { records, problems };
 }
 
+/** Whether two records are attachments of one network namespace: by cookie where both have one, else by CNI_NETNS. */
+export function sameNetns(a: AttachmentRecord, b: AttachmentRecord): boolean {
+  if (a.netnsCookie !== null && b.netnsCookie !== null) return a.netnsCookie === b.netnsCookie;
+  return a.netns !== '' && a.netns === b.netns;
+}
+
+/** The keys a record is found under in the netns index: its cookie and its CNI_NETNS. */
+function netnsKeys(r: AttachmentRecord): string[] {
+  const keys: string[] = [];
+  if (r.netnsCookie !== null) keys.push(`c${r.netnsCookie}`);
+  if (r.netns !== '') keys.push(`p${r.netns}`);
+  return keys;
+}
+
 /** The state directory plus an in-memory index of it (the agent is its only writer). */
 export class StateStore {
   private readonly index = new Map<string, AttachmentRecord>();
+  /**
+   * Attachment keys by netns cookie and by CNI_NETNS: DEL asks whether
+   * another attachment shares the netns, and a walk over every record per DEL
+   * (a 10,000-element array and a compare each) grew with the node's pods.
+   */
+  private readonly byNetns = new Map<string, Set<string>>();
   private tmpSeq = 0;
   /** dir normalised, with its '/': a record's path is one concatenation (path.join cost ~5 us per ADD). */
   private readonly prefix: string;
@@ -226,8 +246,43 @@ export class StateStore {
     // root-only also when it already existed: records name every pod and its capture settings
     chmodSync(this.dir, 0o700);
     const { records, problems } = readRecords(this.dir);
-    for (const r of records) this.index.set(attachmentKey(r.containerId, r.ifname), r);
+    for (const r of records) this.set(r);
     return problems;
+  }
+
+  private set(r: AttachmentRecord): void {
+    const key = attachmentKey(r.containerId, r.ifname);
+    this.unset(key);
+    this.index.set(key, r);
+    for (const k of netnsKeys(r)) {
+      let keys = this.byNetns.get(k);
+      if (!keys) this.byNetns.set(k, (keys = new Set()));
+      keys.add(key);
+    }
+  }
+
+  private unset(key: string): void {
+    const old = this.index.get(key);
+    if (!old) return;
+    this.index.delete(key);
+    for (const k of netnsKeys(old)) {
+      const keys = this.byNetns.get(k);
+      keys?.delete(key);
+      if (keys?.size === 0) this.byNetns.delete(k);
+    }
+  }
+
+  /** Another attachment of `rec`'s network namespace (Multus: eth0 and net1 each ran the chain), if there is one. */
+  siblingOf(rec: AttachmentRecord): AttachmentRecord | undefined {
+    const self = attachmentKey(rec.containerId, rec.ifname);
+    for (const k of netnsKeys(rec)) {
+      for (const key of this.byNetns.get(k) ?? []) {
+        if (key === self) continue;
+        const r = this.index.get(key)!;
+        if (sameNetns(r, rec)) return r;
+      }
+    }
+    return undefined;
   }
 
   get(containerId: string, ifname: string): AttachmentRecord | undefined {
@@ -258,7 +313,7 @@ export class StateStore {
       throw err;
     }
     // A copy holding the shared settings: the caller's object stays its own.
-    this.index.set(attachmentKey(rec.containerId, rec.ifname), { ...rec, settings: internSettings(rec.settings) });
+    this.set({ ...rec, settings: internSettings(rec.settings) });
   }
 
   async remove(containerId: string, ifname: string): Promise<void> {
@@ -269,7 +324,7 @@ export class StateStore {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
     }
-    this.index.delete(attachmentKey(containerId, ifname));
+    this.unset(attachmentKey(containerId, ifname));
   }
 }
 

@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { configOf, cookieOf, internSettings, readRecords, recordSettings, recordText, settingsOf, sharedConfig, StateStore, STATE_VERSION, type AttachmentRecord } from '../../../src/agent/state-store.js';
+import { configOf, cookieOf, internSettings, readRecords, recordSettings, recordText, sameNetns, settingsOf, sharedConfig, StateStore, STATE_VERSION, type AttachmentRecord } from '../../../src/agent/state-store.js';
 import { istioCapture } from '../../helpers/pods.js';
 
 let dir: string;
@@ -116,6 +116,36 @@ describe('StateStore', () => {
     expect(other).not.toBe(shared);
     expect(other.parsed.outboundExcludePorts).toContain(7172);
     expect(other.parsed.outboundExcludePorts).not.toContain(7171);
+  });
+
+  it('siblingOf finds another attachment of the same netns (by cookie where both have one, else by path), where the walk over every record did', async () => {
+    const s = new StateStore(path.join(dir, 'state'));
+    s.open();
+    const a = rec('a', { netnsCookie: '11', netns: '/var/run/netns/x' });
+    await s.put(a);
+    expect(s.siblingOf(a)).toBeUndefined(); // not itself
+    await s.put(rec('a', { ifname: 'net1', netnsCookie: '11', netns: '/proc/77/ns/net' })); // same cookie, another path
+    expect(s.siblingOf(a)?.ifname).toBe('net1');
+    await s.remove('a', 'net1');
+    expect(s.siblingOf(a)).toBeUndefined();
+    await s.put(rec('b', { netnsCookie: '12', netns: '/var/run/netns/x' })); // same path, another cookie: another netns
+    expect(s.siblingOf(a)).toBeUndefined();
+    await s.put(rec('c', { netnsCookie: null, netns: '/var/run/netns/x' })); // no cookie: by path
+    expect(s.siblingOf(a)?.containerId).toBe('c');
+    // a record replaced with another netns leaves its old keys
+    await s.put(rec('c', { netnsCookie: null, netns: '/var/run/netns/y' }));
+    expect(s.siblingOf(a)).toBeUndefined();
+    expect(s.siblingOf(rec('z', { netnsCookie: null, netns: '/var/run/netns/y' }))?.containerId).toBe('c');
+    expect(s.siblingOf(rec('z', { netnsCookie: null, netns: '' }))).toBeUndefined(); // an empty path is nobody's
+    // the same answers as a walk over every record, after a reload too
+    const again = new StateStore(s.dir);
+    again.open();
+    const walk = (r: AttachmentRecord) => again.list().find((o) => !(o.containerId === r.containerId && o.ifname === r.ifname) && sameNetns(o, r));
+    for (const probe of [a, ...again.list(), rec('q', { netnsCookie: '12', netns: '' }), rec('q', { netnsCookie: null, netns: '/var/run/netns/x' })]) {
+      const found = again.siblingOf(probe);
+      expect(found !== undefined).toBe(walk(probe) !== undefined);
+      if (found) expect(sameNetns(found, probe) && !(found.containerId === probe.containerId && found.ifname === probe.ifname)).toBe(true);
+    }
   });
 
   it('removes records, also ones that are already gone', async () => {
