@@ -12,7 +12,7 @@ export function formatProbe(r: ProbeReport): string {
   const w = Math.max(...REQUIRED_FEATURES.map((f) => f.name.length));
   for (const spec of REQUIRED_FEATURES) {
     const f = r.features[spec.name];
-    const state = f?.ok ? 'ok     ' : 'MISSING';
+    const state = f?.ok ? 'ok     ' : f?.denied ? 'DENIED ' : 'MISSING';
     lines.push(`  ${spec.name.padEnd(w)}  ${state}  Linux ${spec.since.padEnd(5)} ${spec.why}${f?.detail ? ` (${f.detail})` : ''}`);
   }
   lines.push('', 'optional (each switches one behaviour, never the mode):');

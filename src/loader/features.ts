@@ -25,6 +25,8 @@ export interface FeatureResult {
   since: string;
   why: string;
   detail?: string;
+  /** The kernel has it but refused this process (EPERM/EACCES): a capability is missing, not a kernel feature. */
+  denied?: boolean;
 }
 
 const prog = (progType: string, since: string, why: string): FeatureSpec =>

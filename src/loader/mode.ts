@@ -34,6 +34,7 @@ export function decideMode(input: {
   for (const spec of REQUIRED_FEATURES) {
     const r = features[spec.name];
     if (!r) blockers.push(`${spec.name} was not probed`);
+    else if (!r.ok && r.denied) blockers.push(`${spec.name} not permitted to the agent (for ${spec.why}): ${r.detail ?? 'EPERM'}: give the agent's container the DaemonSet's capabilities (NET_ADMIN, SYS_ADMIN)`);
     else if (!r.ok) blockers.push(`${spec.name} missing (needs Linux ${spec.since}+, for ${spec.why})${r.detail ? `: ${r.detail}` : ''}`);
   }
   if (blockers.length === 0) {

@@ -142,9 +142,10 @@ export async function probeKernel(requested: ModeRequest = 'auto', kernel = os.r
       try {
         r = await probeOne(spec, targets);
       } catch (e) {
-        r = { ok: false, detail: (e as Error).message };
+        const code = (e as { code?: unknown }).code;
+        r = { ok: false, detail: (e as Error).message, ...(code === 'EPERM' || code === 'EACCES' ? { denied: true } : {}) };
       }
-      features[spec.name] = { ok: r.ok, since: spec.since, why: spec.why, ...(r.detail ? { detail: r.detail } : {}) };
+      features[spec.name] = { ok: r.ok, since: spec.since, why: spec.why, ...(r.detail ? { detail: r.detail } : {}), ...(r.denied ? { denied: true } : {}) };
     }
   } finally {
     await targets.cleanup();

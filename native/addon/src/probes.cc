@@ -59,6 +59,21 @@ Napi::Value ProbeMapType(const Napi::CallbackInfo& info) {
   uint32_t t = ArgU32(info, 0, "probeMapType", "mapType");
   RequireBpfCapability(info.Env(), "probeMapType");
   int r = libbpf_probe_bpf_map_type(static_cast<bpf_map_type>(t), nullptr);
+  // libbpf answers 0 ("absent") for any refusal, EPERM included. A kernel
+  // may refuse a sockmap/sockhash to a process without CAP_NET_ADMIN even
+  // with CAP_SYS_ADMIN (Debian's 6.1 does, 6.12 does not): ask it directly,
+  // so that the answer is "not permitted", not "your kernel is too old".
+  if (r == 0 && (t == BPF_MAP_TYPE_SOCKMAP || t == BPF_MAP_TYPE_SOCKHASH)) {
+    int fd = bpf_map_create(static_cast<bpf_map_type>(t), nullptr, 4, 4, 1, nullptr);
+    if (fd >= 0) {
+      close(fd);
+      return Napi::Boolean::New(info.Env(), true);
+    }
+    int err = ErrOf(fd);
+    if (err == EPERM || err == EACCES)
+      ThrowNativeError(info.Env(), err, "bpf_map_create",
+                       std::string(t == BPF_MAP_TYPE_SOCKMAP ? "a sockmap" : "a sockhash") + " (this kernel lets only CAP_NET_ADMIN create one)");
+  }
   return ProbeResult(info.Env(), r, "libbpf_probe_bpf_map_type", "map type " + std::to_string(t));
 }
 

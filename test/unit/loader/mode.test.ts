@@ -32,6 +32,16 @@ describe('mode decision', () => {
     expect(d.reasons[0]).toMatch(/helper\.sock_ops\.get_netns_cookie missing \(needs Linux 5\.15\+/);
   });
 
+  it('a hook the kernel has but refused the agent (EPERM) is named as not permitted, with the capabilities to give, not as a kernel too old', () => {
+    const f = all();
+    f['map_type.sockhash'] = { ...f['map_type.sockhash']!, ok: false, denied: true, detail: 'bpf_map_create a sockhash (this kernel lets only CAP_NET_ADMIN create one): Operation not permitted (EPERM)' };
+    const d = decideMode({ kernel: '6.1.0-56-amd64', features: f, requested: 'auto' });
+    expect(d.mode).toBe('iptables');
+    expect(d.reasons).toHaveLength(1);
+    expect(d.reasons[0]).toMatch(/^map_type\.sockhash not permitted to the agent .*CAP_NET_ADMIN.*EPERM.*give the agent's container the DaemonSet's capabilities \(NET_ADMIN, SYS_ADMIN\)$/);
+    expect(d.reasons[0]).not.toMatch(/needs Linux/);
+  });
+
   it('an unprobed feature is a blocker, not a pass', () => {
     const f = all();
     delete f['prog_type.sk_lookup'];
