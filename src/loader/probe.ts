@@ -55,6 +55,7 @@ export function probeOptionalFeatures(): Record<OptionalFeature, boolean> {
 
 async function trialLoadObjects(): Promise<FeatureResult & { failures: string[] }> {
   const failures: string[] = [];
+  let refusedAll = true;
   // Optional objects (peername.bpf.o) cost their feature, not eBPF mode.
   for (const file of [...NODE_OBJECTS.filter((o) => !o.optional).map((o) => o.file), POD_INBOUND_OBJECT]) {
     let obj: bpf.BpfObject | null = null;
@@ -64,11 +65,13 @@ async function trialLoadObjects(): Promise<FeatureResult & { failures: string[] 
     } catch (e) {
       const err = e as bpf.NativeError;
       failures.push(`${file}: ${verifierReason(err.log, err.message)}`);
+      if (!refused(err.code)) refusedAll = false;
     } finally {
       obj?.close();
     }
   }
-  return { ok: failures.length === 0, since: '', why: '', failures, ...(failures.length ? { detail: failures.join('; ') } : {}) };
+  // every load refused for permission (no verifier rejection): a capability is missing, not a kernel feature
+  return { ok: failures.length === 0, since: '', why: '', failures, ...(failures.length ? { detail: failures.join('; ') } : {}), ...(failures.length && refusedAll ? { denied: true } : {}) };
 }
 
 interface Targets {
@@ -104,6 +107,9 @@ async function makeTargets(): Promise<Targets> {
   };
 }
 
+/** EPERM/EACCES: the kernel has the feature but refused this process. */
+const refused = (code: string | undefined): boolean => code === 'EPERM' || code === 'EACCES';
+
 async function probeOne(spec: FeatureSpec, t: Targets): Promise<Omit<FeatureResult, 'since' | 'why'>> {
   const c = bpf.consts;
   switch (spec.kind) {
@@ -117,18 +123,18 @@ async function probeOne(spec: FeatureSpec, t: Targets): Promise<Omit<FeatureResu
       const target = spec.target === 'netns' ? t.netns : t.cgroup;
       if (!target) return { ok: false, detail: spec.target === 'netns' ? 'could not create a probe netns (ip netns add)' : 'no cgroup v2 mount' };
       const r = bpf.probeAttach(num(c.progType, spec.progType, 'program type'), num(c.attachType, spec.attachType, 'attach type'), target);
-      return r.ok ? { ok: true } : { ok: false, detail: `bpf_link_create: ${r.code ?? r.errno}` };
+      return r.ok ? { ok: true } : { ok: false, detail: `bpf_link_create: ${r.code ?? r.errno}`, ...(refused(r.code) ? { denied: true } : {}) };
     }
     case 'sockopt':
       try {
         await bpf.netnsCookie('/proc/self/ns/net');
         return { ok: true };
       } catch (e) {
-        return { ok: false, detail: (e as Error).message };
+        return { ok: false, detail: (e as Error).message, ...(refused((e as { code?: string }).code) ? { denied: true } : {}) };
       }
     case 'objects': {
       const r = await trialLoadObjects();
-      return r.ok ? { ok: true } : { ok: false, detail: r.detail ?? 'verifier refused' };
+      return r.ok ? { ok: true } : { ok: false, detail: r.detail ?? 'verifier refused', ...(r.denied ? { denied: true } : {}) };
     }
   }
 }
@@ -142,8 +148,7 @@ export async function probeKernel(requested: ModeRequest = 'auto', kernel = os.r
       try {
         r = await probeOne(spec, targets);
       } catch (e) {
-        const code = (e as { code?: unknown }).code;
-        r = { ok: false, detail: (e as Error).message, ...(code === 'EPERM' || code === 'EACCES' ? { denied: true } : {}) };
+        r = { ok: false, detail: (e as Error).message, ...(refused((e as { code?: string }).code) ? { denied: true } : {}) };
       }
       features[spec.name] = { ok: r.ok, since: spec.since, why: spec.why, ...(r.detail ? { detail: r.detail } : {}), ...(r.denied ? { denied: true } : {}) };
     }
