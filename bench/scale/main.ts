@@ -210,9 +210,13 @@ async function pool<T>(n: number, width: number, fn: (i: number) => Promise<T>):
 /** The agent's per-request durationMs, by container id, while recording. */
 const agentMs = new Map<string, number>();
 let readyLine: ((l: Record<string, unknown>) => void) | undefined;
+/** The agent's last 'start-up settled' line (its full GCs after the start) and its VmHWM then. */
+interface Settled { sinceReadyMs: number; gcMs: number[]; rssMiB: number; peakMiB: number }
+let lastSettled: Settled | undefined;
 
 async function startAgentProcess(): Promise<{ wallMs: number; ready: Record<string, unknown> }> {
   const t0 = performance.now();
+  lastSettled = undefined;
   // the environment the DaemonSet gives the agent (its literal env values in
   // deploy/meshcap.yaml): its RSS is measured as deployed
   const env = { ...process.env, ...agentEnv };
@@ -237,7 +241,10 @@ async function startAgentProcess(): Promise<{ wallMs: number; ready: Record<stri
       const l = JSON.parse(line) as Record<string, unknown>;
       if (l.msg === 'cni request' && typeof l.containerId === 'string' && typeof l.durationMs === 'number') agentMs.set(`${l.verb as string}:${l.containerId}`, l.durationMs);
       else if (l.msg === 'meshcap agent ready') readyLine?.(l);
-      else if (l.msg === 'start-up settled: its garbage collected') log(`agent's start-up settled ${String(l.sinceReadyMs)} ms after ready: full GCs ${JSON.stringify(l.gcMs)} ms, then RSS ${String(l.rssMiB)} MiB (its peak so far ${memOf(a.pid!).peak.toFixed(1)}), V8 heap ${String(l.heapUsedMiB)} of ${String(l.heapTotalMiB)} MiB used, external ${String(l.externalMiB)} MiB`);
+      else if (l.msg === 'start-up settled: its garbage collected') {
+        lastSettled = { sinceReadyMs: Number(l.sinceReadyMs), gcMs: l.gcMs as number[], rssMiB: Number(l.rssMiB), peakMiB: memOf(a.pid!).peak };
+        log(`agent's start-up settled ${String(l.sinceReadyMs)} ms after ready: full GCs ${JSON.stringify(l.gcMs)} ms, then RSS ${String(l.rssMiB)} MiB (its peak so far ${lastSettled.peakMiB.toFixed(1)}), V8 heap ${String(l.heapUsedMiB)} of ${String(l.heapTotalMiB)} MiB used, external ${String(l.externalMiB)} MiB`);
+      }
       else if ((l.level as number) >= 40) process.stderr.write(`agent: ${line}\n`);
     }
   });
@@ -316,7 +323,7 @@ interface SizeResult {
   status: { ms: number; cpuMs: number; exitCode: number | null; pods: number };
   /** One self-check period watched after the sample and `meshcap status` (--watch-self-check). */
   selfCheckWatch?: SelfCheckWatch;
-  coldStart?: { wallMs: number; startupMs: number; reconcileMs: number; cpuMs: number; steps: Record<string, number>; attachments: number; restored: number; dropped: number; rssMiB: number; mem: Mem; loadavg: number[] };
+  coldStart?: { wallMs: number; startupMs: number; reconcileMs: number; cpuMs: number; steps: Record<string, number>; attachments: number; restored: number; dropped: number; rssMiB: number; mem: Mem; loadavg: number[]; settled?: Settled };
   registerPerSec: number;
 }
 const results: SizeResult[] = [];
@@ -413,7 +420,7 @@ try {
     try {
       statusPods = (JSON.parse(st.stdout) as { pods: unknown[] }).pods.length;
     } catch { /* reported as -1 */ }
-    const res: SizeResult = { pods: size, loadavg, addExecToExit: summary(addMs), addAgent: summary(addAgentMs), addAgentCpuUs, delExecToExit: summary(delMs), agentRssMiB: rss, agentMem: mem, status: { ms: statusMs, cpuMs: statusCpuMs, exitCode: st.status, pods: statusPods }, registerPerSec, ...(coldStart ? { coldStart } : {}) };
+    const res: SizeResult = { pods: size, loadavg, addExecToExit: summary(addMs), addAgent: summary(addAgentMs), addAgentCpuUs, delExecToExit: summary(delMs), agentRssMiB: rss, agentMem: mem, status: { ms: statusMs, cpuMs: statusCpuMs, exitCode: st.status, pods: statusPods }, registerPerSec, ...(coldStart ? { coldStart: { ...coldStart, ...(lastSettled ? { settled: lastSettled } : {}) } } : {}) };
     results.push(res);
     log(`${size} pods: ADD p50 ${res.addExecToExit.p50.toFixed(2)} ms (agent ${res.addAgent.p50.toFixed(2)} ms, its CPU ${addAgentCpuUs.toFixed(0)} µs per ADD), RSS ${memText(mem)}, status ${statusMs.toFixed(0)} ms, CPU ${statusCpuMs} ms (${statusPods} pods, exit ${st.status})`);
     if (WATCH_AT.has(size)) {
@@ -436,7 +443,7 @@ try {
     if (w) console.log(`${r.pods} pods, one self-check period (${(w.ms / 1000).toFixed(1)} s, RSS every 20 ms): RSS at rest ${w.restMiB.toFixed(1)} MiB (${(w.restMiB * 1.048576).toFixed(1)} MB), peak ${w.peakMiB.toFixed(1)} MiB (${(w.peakMiB * 1.048576).toFixed(1)} MB; anon ${w.peakAnonMiB.toFixed(1)}), agent CPU in the period ${w.cpuMs} ms (load ${w.loadavg.map((x) => x.toFixed(1)).join(' ')})`);
   }
   for (const r of results) {
-    if (r.coldStart) console.log(`cold start adopting ${r.pods} pods: ${r.coldStart.wallMs.toFixed(0)} ms spawn to ready (agent startupMs ${r.coldStart.startupMs}, of which reconcile ${r.coldStart.reconcileMs}; CPU to ready ${r.coldStart.cpuMs} ms; ${r.coldStart.restored} restored, ${r.coldStart.dropped} dropped; RSS ${memText(r.coldStart.mem)}; load ${r.coldStart.loadavg.map((x) => x.toFixed(1)).join(' ')})`);
+    if (r.coldStart) console.log(`cold start adopting ${r.pods} pods: ${r.coldStart.wallMs.toFixed(0)} ms spawn to ready (agent startupMs ${r.coldStart.startupMs}, of which reconcile ${r.coldStart.reconcileMs}; CPU to ready ${r.coldStart.cpuMs} ms; ${r.coldStart.restored} restored, ${r.coldStart.dropped} dropped; RSS ${memText(r.coldStart.mem)}; load ${r.coldStart.loadavg.map((x) => x.toFixed(1)).join(' ')})${r.coldStart.settled ? `; settled ${r.coldStart.settled.sinceReadyMs} ms after ready (full GCs ${r.coldStart.settled.gcMs.join(' + ')} ms), then RSS ${r.coldStart.settled.rssMiB} MiB, VmHWM ${r.coldStart.settled.peakMiB.toFixed(1)} MiB` : ''}`);
   }
   const first = results[0]!;
   const last = results.at(-1)!;
