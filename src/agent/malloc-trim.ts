@@ -5,9 +5,9 @@
 // returns; malloc_trim(0) madvises them away (docs/bench-scale.md, issue 19
 // item 5). Run after each major GC (the bursts that leave them end in one),
 // at most once per interval, and when asked (after the start-up and each
-// self-check pass), and once after a full GC when the start has settled
-// (collect()). MESHCAP_AGENT_MALLOC_TRIM=0 turns both off,
-// MESHCAP_AGENT_SETTLE_GC=0 only the full GC, to compare.
+// self-check pass), and after each of the start's two full GCs (collect()).
+// MESHCAP_AGENT_MALLOC_TRIM=0 turns both off, MESHCAP_AGENT_SETTLE_GC=0 only
+// the full GCs, to compare.
 import { PerformanceObserver, constants } from 'node:perf_hooks';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
@@ -30,11 +30,12 @@ export interface MallocTrimmer {
   soon(): void;
   /**
    * A full GC now (its ms returned; undefined when switched off), then the
-   * trim 100 ms later whatever the interval. For the start's garbage: adopting 10,000 pods leaves ~9 MiB
-   * of V8 heap and ~9 MiB of malloc'd memory that only a GC frees (brk heap
-   * 15.0 -> 5.6 MiB, V8 heap used 31.8 -> 23.2 MiB in a measured start),
-   * which V8 collects only when the heap grows again, on top of which the
-   * first burst of CNI operations then peaked (docs/bench-scale.md, round 6).
+   * trim 100 ms later whatever the interval. For the start's garbage:
+   * adopting 10,000 pods leaves ~9 MiB of V8 heap and ~9 MiB of malloc'd
+   * memory that only a GC frees (brk heap 15.0 -> 5.6 MiB, V8 heap used
+   * 31.8 -> 23.2 MiB in a measured start), which V8 collects only when the
+   * heap grows again, on top of which the first burst of CNI operations then
+   * peaked (docs/bench-scale.md, round 6).
    */
   collect(): number | undefined;
   /** How many full GCs collect() ran. */
