@@ -132,9 +132,23 @@ export class Lab {
   async proxy(ns: string, args: string[] = [], uid = 1337, caps: string[] = []) {
     const s = this.spawn(ns, [process.execPath, `${projectRoot}/bin/meshcap`, 'proxy', ...args], { uid, caps, until: /"event":"ready"/ });
     await s.ready;
+    const accepts = () => s.lines.filter((l) => l.includes('"event":"accept"')).map((l) => JSON.parse(l) as { listener: string; orig: string; local: string; peer: string; raw: string; optlen: number });
     return {
       ...s,
-      accepts: () => s.lines.filter((l) => l.includes('"event":"accept"')).map((l) => JSON.parse(l) as { listener: string; orig: string; local: string; peer: string; raw: string; optlen: number }),
+      accepts,
+      /**
+       * The accepts after the first `from`, once there are `count` of them or
+       * 2 s (scaled) have passed. The proxy logs an accept before it relays,
+       * but its line reaches this process on another pipe than the app's
+       * answer: read at once, a line can still be on its way (a loaded
+       * machine showed it). A connection that went direct never comes, and
+       * the caller's comparison says so.
+       */
+      acceptsSince: async (from: number, count: number) => {
+        const t0 = Date.now();
+        while (accepts().length - from < count && Date.now() - t0 < scaled(2000)) await new Promise((r) => setTimeout(r, 10));
+        return accepts().slice(from);
+      },
     };
   }
 
