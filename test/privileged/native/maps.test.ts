@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import * as bpf from '../../../src/native/addon.js';
 import { NativeError } from '../../../src/native/errors.js';
+import { kernelAtLeast, parseKernelRelease } from '../../../src/loader/kernel.js';
 import { compileFixture, removeDir, tempDir, u32, u64 } from './kernel-env.js';
 
 let work: string;
@@ -193,7 +194,7 @@ describe('per-CPU array', () => {
     // arrays (6.1 and later here; Debian's 5.10 does not: the key walk)
     const e = bpf.mapEntries(percpuFd);
     expect(e).toMatchObject({ count: 4, valueSize: size });
-    if (kernelAtLeast(6, 1)) expect(e.batched).toBe(true);
+    if (kernelAtLeast(parseKernelRelease(os.release()), 6, 1)) expect(e.batched).toBe(true);
     const at = Array.from({ length: 4 }, (_, i) => e.keys.readUInt32LE(i * 4)).indexOf(2);
     expect(e.values.subarray(at * size, (at + 1) * size)).toEqual(v);
 
@@ -209,10 +210,4 @@ function possibleCpus(): number {
     n += b === undefined ? 1 : b - a! + 1;
   }
   return n;
-}
-
-/** Whether the running kernel is at least major.minor. */
-function kernelAtLeast(major: number, minor: number): boolean {
-  const [a, b] = os.release().split('.').map(Number) as [number, number];
-  return a > major || (a === major && b >= minor);
 }

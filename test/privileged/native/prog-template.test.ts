@@ -5,6 +5,7 @@
 import os from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as bpf from '../../../src/native/addon.js';
+import { kernelAtLeast, parseKernelRelease } from '../../../src/loader/kernel.js';
 import { INBOUND_SHARED_OBJECT, INBOUND_SHARED_PROGRAM, INBOUND_STUB_OBJECT, INBOUND_STUB_PROGRAM, objectPath } from '../../../src/loader/manifest.js';
 import { removeDir, tempPinDir } from './kernel-env.js';
 
@@ -21,8 +22,7 @@ describe('ProgTemplate', () => {
   it('loads instances raw, each reading its own fresh array, using the template\'s pinned maps', () => {
     // The stub claims its hand with BPF_CMPXCHG (Linux 5.12+); an older
     // verifier refuses it, and such a kernel never gets eBPF mode (5.15+).
-    const [major, minor] = os.release().split('.').map(Number) as [number, number];
-    if (major < 5 || (major === 5 && minor < 12)) {
+    if (!kernelAtLeast(parseKernelRelease(os.release()), 5, 12)) {
       expect(() => bpf.loadProgTemplate(objectPath(INBOUND_STUB_OBJECT), opts())).toThrow(/BPF_STX uses reserved fields/);
       return;
     }
