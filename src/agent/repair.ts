@@ -64,11 +64,14 @@ export const REPAIR_RETRY_MS = 60_000;
 /** Meshed pods with an IP and no record (pure): the ones running without capture. */
 export function uncapturedPods(pods: readonly V1Pod[], records: readonly AttachmentRecord[], excludeNamespaces: readonly string[]): V1Pod[] {
   // A record counts for the pod with its name, unless both carry UIDs that
-  // differ (a StatefulSet's earlier pod of the same name).
-  const byName = new Map<string, (string | undefined)[]>();
+  // differ (a StatefulSet's earlier pod of the same name). null: a record
+  // without a UID, which counts for any pod of that name.
+  const byName = new Map<string, (string | null)[]>();
   for (const r of records) {
     const k = `${r.podNamespace}/${r.podName}`;
-    byName.set(k, [...(byName.get(k) ?? []), r.podUid]);
+    const uids = byName.get(k);
+    if (uids) uids.push(r.podUid || null);
+    else byName.set(k, [r.podUid || null]);
   }
   return pods.filter((pod) => {
     const ns = podNamespace(pod);
@@ -77,11 +80,14 @@ export function uncapturedPods(pods: readonly V1Pod[], records: readonly Attachm
     if (pod.status?.phase !== 'Running' && pod.status?.phase !== 'Pending') return false;
     if (!pod.status?.podIP && !(pod.status?.podIPs ?? []).some((p) => p.ip)) return false;
     if (pod.metadata?.labels?.[UNCAPTURED_LABEL] === 'true') return false; // labelled already: someone else's turn
-    if (namespaceExclusion(ns, { excludeNamespaces })) return false;
-    if (decideAdd(pod, { nodeMode: 'iptables', prevResult: undefined }).kind === 'skip') return false;
+    // The record before the decision: on a settled node every pod has one,
+    // and deciding a pod builds its whole capture config (at 10,000 pods
+    // ~110 ms and ~11 MiB of garbage per pass, after every self-check).
     const uid = pod.metadata?.uid;
-    const uids = byName.get(`${ns}/${name}`) ?? [];
-    return !uids.some((u) => !u || !uid || u === uid);
+    const uids = byName.get(`${ns}/${name}`);
+    if (uids?.some((u) => u === null || !uid || u === uid)) return false;
+    if (namespaceExclusion(ns, { excludeNamespaces })) return false;
+    return decideAdd(pod, { nodeMode: 'iptables', prevResult: undefined }).kind !== 'skip';
   });
 }
 
