@@ -123,3 +123,19 @@ export function valuesByCookie(e: MapEntries): CookieMap<Buffer> {
 export function hexKeysByCookie(e: MapEntries, at: number): CookieMap<Set<string>> {
   return new CookieMap(e, at, (n) => new Set(n.map((i) => e.keys.toString('hex', i * e.keySize, (i + 1) * e.keySize))));
 }
+
+/**
+ * A pod's keys packed end to end in one latin1 string (one byte per char), by
+ * cookie: PodMaps' index of what each pod has in a map, built from one read
+ * of the map without a Buffer per key (at 10,000 pods the per-key Buffers of
+ * a key walk made the first ADD after a start take ~250 ms and ~20 MiB).
+ */
+export function packedKeysByCookie(e: MapEntries, at: number): CookieMap<string> {
+  let scratch = Buffer.alloc(0);
+  return new CookieMap(e, at, (n) => {
+    const len = n.length * e.keySize;
+    if (scratch.length < len) scratch = Buffer.allocUnsafe(Math.max(len, 256));
+    n.forEach((i, k) => e.keys.copy(scratch, k * e.keySize, i * e.keySize, (i + 1) * e.keySize));
+    return scratch.toString('latin1', 0, len);
+  });
+}

@@ -7,7 +7,7 @@ import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { MAP, mcPod, mcStats, u64Key, type McPod, type McStats } from './layout.js';
-import { CookieMap, hexKeysByCookie, valuesByCookie } from './cookie-map.js';
+import { CookieMap, hexKeysByCookie, packedKeysByCookie, valuesByCookie } from './cookie-map.js';
 import { FULL, MapFullError } from './map-full.js';
 import { keyedEntries, keyedHex, netnsOfKey, NETNS_OFFSET, podEntries, podValue, type MapEntry, type MapName, type PodEntries } from './pod-entries.js';
 
@@ -235,18 +235,7 @@ export class PodMaps {
   private podIndex(): Map<MapName, Map<bigint, PackedKeys>> {
     if (this.index) return this.index;
     const index = new Map<MapName, Map<bigint, PackedKeys>>();
-    for (const m of this.swept) {
-      const byPod = new Map<bigint, Buffer[]>();
-      for (const key of bpf.mapKeys(this.fd(m), this.keySizes.get(m)!)) {
-        const netns = netnsOfKey(m, key)!;
-        const keys = byPod.get(netns);
-        if (keys) keys.push(key);
-        else byPod.set(netns, [key]);
-      }
-      const packed = new Map<bigint, PackedKeys>();
-      for (const [netns, keys] of byPod) packed.set(netns, packKeys(keys));
-      index.set(m, packed);
-    }
+    for (const m of this.swept) index.set(m, new Map(packedKeysByCookie(bpf.mapEntries(this.fd(m)), NETNS_OFFSET[m]!)));
     this.index = index;
     return index;
   }

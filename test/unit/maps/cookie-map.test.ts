@@ -2,7 +2,7 @@
 // reference Map built from the same entries here), for cookies of any u64
 // value, keys holding the cookie at an offset, and after set/delete.
 import { describe, expect, it } from 'vitest';
-import { hexKeysByCookie, valuesByCookie } from '../../../src/maps/cookie-map.js';
+import { hexKeysByCookie, packedKeysByCookie, valuesByCookie } from '../../../src/maps/cookie-map.js';
 import type { MapEntries } from '../../../src/native/addon.js';
 
 /** Entries as mapEntries returns them: keys of keySize with the cookie at `at`, values of valueSize. */
@@ -82,5 +82,18 @@ describe('CookieMap', () => {
     expect(m.size).toBe(0);
     expect(m.get(1n)).toBeUndefined();
     expect([...m]).toEqual([]);
+  });
+  it('packed keys by cookie: each pod\'s keys end to end in read order, as packing its key Buffers would', () => {
+    // 24-byte keys with the cookie at 8, several keys for some pods, interleaved
+    const rows = [...COOKIES, 3n, 7n, 3n, 0xffff_ffffn].map((cookie, i) => ({ cookie, tag: i + 1 }));
+    const e = entries(rows, 24, 8);
+    const ref = new Map<bigint, Buffer[]>();
+    rows.forEach((r, i) => ref.set(r.cookie, [...(ref.get(r.cookie) ?? []), e.keys.subarray(i * 24, (i + 1) * 24)]));
+    const m = new Map(packedKeysByCookie(e, 8));
+    expect(m.size).toBe(ref.size);
+    for (const [c, keys] of ref) expect(Buffer.from(m.get(c)!, 'latin1').equals(Buffer.concat(keys)), `cookie ${c}`).toBe(true);
+    // a pod with more keys than the last one's does not see that one's bytes (the scratch buffer is reused)
+    expect(m.get(3n)!.length).toBe(3 * 24);
+    expect(m.get(0x2_0000_0000n)!.length).toBe(24);
   });
 });
