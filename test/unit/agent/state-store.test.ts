@@ -111,6 +111,12 @@ describe('StateStore', () => {
     expect(Object.isFrozen(settings)).toBe(true);
     expect(internSettings(settings)).toBe(settings);
     expect(internSettings(settingsOf(again))).toBe(settings);
+    // records holding the interned settings (as the store's do) get the same
+    // config by identity, asked again and again; a copy still by its JSON
+    const interned = rec('c10', { settings });
+    expect(configOf(interned)).toBe(shared);
+    expect(configOf({ ...interned, containerId: 'c11' })).toBe(shared);
+    expect(configOf(rec('c12', { settings: structuredClone(settings) }))).toBe(shared);
     // other settings: another object, built from them
     const other = sharedConfig(istioCapture({ annotations: { 'traffic.sidecar.istio.io/excludeOutboundPorts': '7172' } }));
     expect(other).not.toBe(shared);
