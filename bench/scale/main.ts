@@ -6,7 +6,8 @@
 // new agent on the same state dir and pin root), timed from spawn to its
 // "ready" line.
 //
-//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--warmup 200] [--restart-at 1000,10000] [--json FILE]
+//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--warmup 200] [--restart-at 1000,10000] [--json FILE] [--plot FILE.svg]
+//   ... bench/scale/main.ts --plot-only FILE.json --plot FILE.svg   (redraw from a stored run)
 //
 // Needs root and the build (npm run build). The agent is the real one
 // (bin/meshcap agent --standalone, a pods file), as in bench:cni.
@@ -24,6 +25,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { daemonSetAgentEnv } from '../../test/helpers/agent-process.js';
+import { plotScale, type ScaleBenchData } from './plot.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const CNI = path.join(root, 'build/bin/meshcap-cni');
@@ -42,8 +44,22 @@ const { values: opt } = parseArgs({
     // sizes after which the agent is watched for one self-check period (default: the last size; '' none)
     'watch-self-check': { type: 'string' },
     json: { type: 'string' },
+    plot: { type: 'string' },
+    'plot-only': { type: 'string' },
   },
 });
+if (opt['plot-only']) {
+  if (!opt.plot) throw new Error('--plot-only FILE.json needs --plot FILE.svg');
+  plotScale(JSON.parse(readFileSync(opt['plot-only'], 'utf8')) as ScaleBenchData, opt.plot);
+  process.exit(0);
+}
+if (opt.plot) {
+  try {
+    execFileSync('sh', ['-c', 'command -v gnuplot'], { stdio: 'ignore' });
+  } catch {
+    throw new Error('--plot needs gnuplot: run npm run setup (package gnuplot-nox)');
+  }
+}
 const SIZES = opt.sizes.split(',').map(Number);
 const SAMPLE = Number(opt.sample);
 const WARMUP = Number(opt.warmup);
@@ -316,6 +332,8 @@ interface SizeResult {
   addAgent: ReturnType<typeof summary>;
   /** the agent's CPU (utime + stime, 10 ms ticks) over the sampled ADDs, per ADD */
   addAgentCpuUs: number;
+  /** every sampled ADD's exec-to-exit time, ms (the distribution in the plot) */
+  addSamplesMs: number[];
   delExecToExit: ReturnType<typeof summary>;
   agentRssMiB: number;
   agentMem: Mem;
@@ -420,7 +438,7 @@ try {
     try {
       statusPods = (JSON.parse(st.stdout) as { pods: unknown[] }).pods.length;
     } catch { /* reported as -1 */ }
-    const res: SizeResult = { pods: size, loadavg, addExecToExit: summary(addMs), addAgent: summary(addAgentMs), addAgentCpuUs, delExecToExit: summary(delMs), agentRssMiB: rss, agentMem: mem, status: { ms: statusMs, cpuMs: statusCpuMs, exitCode: st.status, pods: statusPods }, registerPerSec, ...(coldStart ? { coldStart: { ...coldStart, ...(lastSettled ? { settled: lastSettled } : {}) } } : {}) };
+    const res: SizeResult = { pods: size, loadavg, addExecToExit: summary(addMs), addSamplesMs: addMs.map((ms) => Math.round(ms * 1000) / 1000), addAgent: summary(addAgentMs), addAgentCpuUs, delExecToExit: summary(delMs), agentRssMiB: rss, agentMem: mem, status: { ms: statusMs, cpuMs: statusCpuMs, exitCode: st.status, pods: statusPods }, registerPerSec, ...(coldStart ? { coldStart: { ...coldStart, ...(lastSettled ? { settled: lastSettled } : {}) } } : {}) };
     results.push(res);
     log(`${size} pods: ADD p50 ${res.addExecToExit.p50.toFixed(2)} ms (agent ${res.addAgent.p50.toFixed(2)} ms, its CPU ${addAgentCpuUs.toFixed(0)} µs per ADD), RSS ${memText(mem)}, status ${statusMs.toFixed(0)} ms, CPU ${statusCpuMs} ms (${statusPods} pods, exit ${st.status})`);
     if (WATCH_AT.has(size)) {
@@ -448,7 +466,12 @@ try {
   const first = results[0]!;
   const last = results.at(-1)!;
   console.log(`ADD p50 growth ${first.pods} -> ${last.pods} pods: ${(((last.addExecToExit.p50 / first.addExecToExit.p50) - 1) * 100).toFixed(1)}% (exec to exit), ${(((last.addAgent.p50 / first.addAgent.p50) - 1) * 100).toFixed(1)}% (agent)`);
-  if (opt.json) writeFileSync(opt.json, JSON.stringify({ when: new Date().toISOString(), agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, warmup: WARMUP, results }, null, 1) + '\n');
+  const data = { when: new Date().toISOString(), agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, warmup: WARMUP, results };
+  if (opt.json) writeFileSync(opt.json, JSON.stringify(data, null, 1) + '\n');
+  if (opt.plot) {
+    plotScale(data, opt.plot);
+    log(`plot: ${opt.plot}`);
+  }
 } finally {
   cleanup();
 }
