@@ -18,7 +18,8 @@ export function registerProxyCommand(program: Command): void {
     .option('--no-ipv6', 'IPv4 listeners only')
     .option('--transparent', 'IP_TRANSPARENT on the inbound listeners (iptables TPROXY mode, as Envoy does)')
     .option('--quiet', 'no per-connection lines')
-    .action(async (o: { outbound: string; inbound: string; dns?: string; echo?: boolean; ipv6: boolean; quiet?: boolean; transparent?: boolean }) => {
+    .option('--events-file <path>', 'also append every event line to this file, before the connection is relayed (tests read it)')
+    .action(async (o: { outbound: string; inbound: string; dns?: string; echo?: boolean; ipv6: boolean; quiet?: boolean; transparent?: boolean; eventsFile?: string }) => {
       const { runReferenceProxy } = await import('../proxy/run.js');
       await runReferenceProxy({
         outboundPort: Number(o.outbound),
@@ -28,6 +29,7 @@ export function registerProxyCommand(program: Command): void {
         ipv6: o.ipv6,
         quiet: o.quiet ?? false,
         transparent: o.transparent ?? false,
+        ...(o.eventsFile ? { eventsFile: o.eventsFile } : {}),
       });
     });
 }

@@ -7,6 +7,7 @@
 //
 // Every accepted connection is reported as one JSON line on stdout:
 //   {"event":"accept","listener":"outbound","orig":"198.18.0.2:80","peer":"127.0.0.1:40000"}
+import { openSync, writeSync } from 'node:fs';
 import net from 'node:net';
 import dgram from 'node:dgram';
 import { getOriginalDst, setTransparent } from '../native/addon.js';
@@ -25,6 +26,12 @@ export interface ProxyOptions {
   ipv6?: boolean;
   /** IP_TRANSPARENT on the inbound listeners, as Envoy in TPROXY mode (iptables TPROXY needs it) */
   transparent?: boolean;
+  /**
+   * Also append every event line to this file, written (synchronously)
+   * before the connection is relayed: a test that got its answer through the
+   * proxy reads the file and finds the accept, with no wait on a pipe.
+   */
+  eventsFile?: string;
 }
 
 type Listener = 'outbound' | 'inbound';
@@ -42,8 +49,11 @@ function fmt(family: 4 | 6, address: string, port: number) {
 export function startReferenceProxy(o: ProxyOptions): { stats: ProxyStats; ready: Promise<void>; close(): void } {
   const stats: ProxyStats = { accepted: 0, byOrig: {}, errors: 0 };
   const servers: (net.Server | dgram.Socket)[] = [];
+  const eventsFd = o.eventsFile ? openSync(o.eventsFile, 'a') : undefined;
   const emit = (e: object) => {
-    if (!o.quiet) process.stdout.write(JSON.stringify(e) + '\n');
+    const line = JSON.stringify(e) + '\n';
+    if (eventsFd !== undefined) writeSync(eventsFd, line);
+    if (!o.quiet) process.stdout.write(line);
   };
 
   const onConn = (listener: Listener, family: 4 | 6, port: number) => (sock: net.Socket) => {

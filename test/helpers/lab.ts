@@ -7,6 +7,9 @@
 // sandbox and the benches; this file adds the test-side processes.
 import { execa, type ResultPromise } from 'execa';
 import { randomBytes } from 'node:crypto';
+import { chmodSync, chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { inNetns, Lab as CoreLab, type InNetnsOpts, type LinkAddrs } from '../../src/lab/index.js';
@@ -130,19 +133,28 @@ export class Lab {
 
   /** The reference proxy inside a pod netns, as the proxy uid (default 1337). */
   async proxy(ns: string, args: string[] = [], uid = 1337, caps: string[] = []) {
-    const s = this.spawn(ns, [process.execPath, `${projectRoot}/bin/meshcap`, 'proxy', ...args], { uid, caps, until: /"event":"ready"/ });
+    // Its events also go to a file it writes before it relays a connection
+    // (--events-file): once the app has its answer, the accept is in the
+    // file. Read from the stdout pipe instead, a line could still be on its
+    // way to this process when the answer was already here (a loaded machine
+    // showed it).
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'meshcap-proxy-'));
+    this.core.add(`proxy events in ${dir}`, () => rmSync(dir, { recursive: true, force: true }));
+    chmodSync(dir, 0o755);
+    const events = path.join(dir, 'events.jsonl');
+    writeFileSync(events, '', { mode: 0o600 });
+    chownSync(events, uid, uid);
+    const s = this.spawn(ns, [process.execPath, `${projectRoot}/bin/meshcap`, 'proxy', '--events-file', events, ...args], { uid, caps, until: /"event":"ready"/ });
     await s.ready;
-    const accepts = () => s.lines.filter((l) => l.includes('"event":"accept"')).map((l) => JSON.parse(l) as { listener: string; orig: string; local: string; peer: string; raw: string; optlen: number });
+    const accepts = () => readFileSync(events, 'utf8').split('\n').filter((l) => l.includes('"event":"accept"')).map((l) => JSON.parse(l) as { listener: string; orig: string; local: string; peer: string; raw: string; optlen: number });
     return {
       ...s,
       accepts,
       /**
        * The accepts after the first `from`, once there are `count` of them or
-       * 2 s (scaled) have passed. The proxy logs an accept before it relays,
-       * but its line reaches this process on another pipe than the app's
-       * answer: read at once, a line can still be on its way (a loaded
-       * machine showed it). A connection that went direct never comes, and
-       * the caller's comparison says so.
+       * 2 s (scaled) have passed: for a caller that has no answer through the
+       * proxy to wait for first. A connection that went direct never comes,
+       * and the caller's comparison says so.
        */
       acceptsSince: async (from: number, count: number) => {
         const t0 = Date.now();
