@@ -153,7 +153,25 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
     (datapath?.ebpf ?? ebpf)?.close();
   };
 
+  // The start's garbage is collected four times (malloc-trim.ts, collect():
+  // a full GC, then malloc_trim), each where a transient would otherwise
+  // stack on top of the last one's (the start's peak RSS at 10,000 pods,
+  // docs/bench-scale.md round 7): the pod list's parse once it is in (before
+  // the datapath's load mallocs), the adoption's before the socket serves
+  // (the stub pool's fill and the validator's compile follow), theirs before
+  // the first ADDs pile on, and the first repair pass's once it is done.
+  const gcMs: number[] = [];
+  const collect = () => {
+    const ms = trimmer?.collect();
+    if (ms === undefined) trimmer?.soon();
+    else gcMs.push(Math.round(ms * 10) / 10);
+  };
   try {
+    // malloc'd pages freed after every burst, the start's included (malloc-trim.ts)
+    trimmer = startMallocTrimmer();
+    podsSynced.then(() => {
+      if (!closing) collect();
+    }, () => undefined);
     // --mode iptables needs no kernel probe (and no BPF privileges).
     let mode: Mode = 'iptables';
     let reasons = ['iptables mode forced by --mode iptables'];
@@ -228,6 +246,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
     step('reconcile');
     await podsSynced;
     step('podSource');
+    collect();
     const handlers = metrics.instrument(base);
     const startedAt = new Date().toISOString();
     server = await startCniServer({
@@ -258,21 +277,9 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
     }, 'meshcap agent ready');
 
     const readyAt = performance.now();
-    // malloc'd pages freed after every burst (malloc-trim.ts)
-    trimmer = startMallocTrimmer();
 
     // After ready, not before: the start-up reconcile comes first.
     dp.ebpf?.inboundPool?.fill();
-    // The start's garbage is collected twice (malloc-trim.ts, collect()):
-    // the adoption's before the first ADD and the first repair pass add to it
-    // (at 10,000 pods ~9 MiB of V8 heap and ~9 MiB of malloc'd memory only a
-    // GC frees), and the first repair pass's once it is done.
-    const gcMs: number[] = [];
-    const collect = () => {
-      const ms = trimmer?.collect();
-      if (ms === undefined) trimmer?.soon();
-      else gcMs.push(Math.round(ms * 10) / 10);
-    };
     // The CNI config validator (ajv) is compiled now rather than in the start
     // or in the first ADD.
     setImmediate(() => {
