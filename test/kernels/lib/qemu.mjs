@@ -27,11 +27,12 @@ export const KERNEL_CMDLINE = 'console=ttyS0 panic=-1 oops=panic loglevel=4 rand
  * @param {(line: string) => void} o.onLine
  * @param {string} [o.memory]
  * @param {number} [o.cpus]
+ * @param {'multi'|'single'} [o.tcgThread]  qemu's TCG threading: one host thread per vCPU (multi, the default), or all vCPUs on one
  * @returns {Promise<BootResult>}
  */
-export async function bootVm({ vmlinuz, initrd, accel, timeoutSec, onLine, memory = '2G', cpus = 2 }) {
+export async function bootVm({ vmlinuz, initrd, accel, timeoutSec, onLine, memory = '2G', cpus = 2, tcgThread = 'multi' }) {
   const args = [
-    ...(accel === 'kvm' ? ['-accel', 'kvm', '-cpu', 'host'] : ['-accel', 'tcg', '-cpu', 'max']),
+    ...(accel === 'kvm' ? ['-accel', 'kvm', '-cpu', 'host'] : ['-accel', `tcg,thread=${tcgThread}`, '-cpu', 'max']),
     '-m', memory, '-smp', String(cpus),
     '-nographic', '-no-reboot', '-nic', 'none',
     '-kernel', vmlinuz, '-initrd', initrd, '-append', KERNEL_CMDLINE,
