@@ -150,17 +150,6 @@ export class Lab {
     return {
       ...s,
       accepts,
-      /**
-       * The accepts after the first `from`, once there are `count` of them or
-       * 2 s (scaled) have passed: for a caller that has no answer through the
-       * proxy to wait for first. A connection that went direct never comes,
-       * and the caller's comparison says so.
-       */
-      acceptsSince: async (from: number, count: number) => {
-        const t0 = Date.now();
-        while (accepts().length - from < count && Date.now() - t0 < scaled(2000)) await new Promise((r) => setTimeout(r, 10));
-        return accepts().slice(from);
-      },
     };
   }
 
