@@ -6,7 +6,7 @@
 // new agent on the same state dir and pin root), timed from spawn to its
 // "ready" line.
 //
-//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--warmup 200] [--restart-at 1000,10000] [--json FILE] [--plot FILE.svg]
+//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--warmup 200] [--restart-at 1000,10000] [--drain yes|no] [--json FILE] [--plot FILE.svg]
 //   ... bench/scale/main.ts --plot-only FILE.json --plot FILE.svg   (redraw from a stored run)
 //
 // Needs root and the build (npm run build). The agent is the real one
@@ -38,6 +38,11 @@ const { values: opt } = parseArgs({
     // unrecorded ADD+DEL pairs before each size's sample: every row measures a warmed agent
     warmup: { type: 'string', default: '200' },
     'restart-at': { type: 'string', default: '1000,10000' },
+    // after the last size, DEL the pods down to the first size and sample it
+    // again: the growth figure then compares the largest row with both ends
+    // of the run, so a machine that drifts during the run does not read as
+    // growth (default on; --drain no to skip)
+    drain: { type: 'string', default: 'yes' },
     concurrency: { type: 'string', default: '16' },
     // default: the DaemonSet's NODE_OPTIONS (deploy/meshcap.yaml); '' measures without
     'agent-node-options': { type: 'string' },
@@ -65,6 +70,8 @@ const SAMPLE = Number(opt.sample);
 const WARMUP = Number(opt.warmup);
 const RESTART_AT = new Set(opt['restart-at'].split(',').filter(Boolean).map(Number));
 const CONC = Number(opt.concurrency);
+if (!['yes', 'no'].includes(opt.drain)) throw new Error('--drain: yes or no');
+const DRAIN = opt.drain === 'yes' && SIZES.length > 1;
 /** The agent's self-check period (its default --self-check-interval): a watch this long holds one pass. */
 const SELF_CHECK_MS = 30_000;
 const agentEnv = daemonSetAgentEnv();
@@ -125,10 +132,13 @@ function awaitNetnsTeardown(when: string, target = 0): number | undefined {
 if (process.env.MESHCAP_SCALE_INNER === undefined) {
   const pinRoot = `/sys/fs/bpf/meshcap-scale-${process.pid}`;
   const pidFile = path.join(os.tmpdir(), `meshcap-scale-${process.pid}.agent`);
+  // the inner run mounts a tmpfs on it, seen by the inner run only: here it stays an empty directory
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-scale-'));
   const base = awaitNetnsTeardown('before the run');
   const r = spawnSync('unshare', ['--mount', '--propagation', 'private', process.execPath, ...process.execArgv, ...process.argv.slice(1)], {
-    stdio: 'inherit', env: { ...process.env, MESHCAP_SCALE_INNER: pinRoot, MESHCAP_SCALE_PIDFILE: pidFile },
+    stdio: 'inherit', env: { ...process.env, MESHCAP_SCALE_INNER: pinRoot, MESHCAP_SCALE_PIDFILE: pidFile, MESHCAP_SCALE_TMP: tmp },
   });
+  rmSync(tmp, { recursive: true, force: true });
   // The agent is the inner run's child: a killed inner run leaves it running.
   try {
     const pid = Number(readFileSync(pidFile, 'utf8'));
@@ -147,7 +157,15 @@ const pidFile = process.env.MESHCAP_SCALE_PIDFILE!;
 const NETNS_DIR = '/var/run/netns';
 mkdirSync(NETNS_DIR, { recursive: true });
 execFileSync('mount', ['-t', 'tmpfs', '-o', 'mode=755', 'meshcap-scale', NETNS_DIR]);
-const tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-scale-'));
+// Socket, state records and pods file on a tmpfs of this mount namespace's
+// own, as the DaemonSet's agent has them (/var/run/meshcap; /run is a tmpfs
+// on a node, not on every machine: here it is the root ext4). Until
+// 2026-11-25 they were on /tmp's ext4, where each ADD's new record file cost
+// ext4's inode allocator a scan past recently deleted inodes (perf:
+// recently_deleted, find_inode_bit): most of the agent's CPU per ADD in
+// the small rows, after a run of DELs most of all (docs/bench-scale.md, round 8).
+const tmp = process.env.MESHCAP_SCALE_TMP!;
+execFileSync('mount', ['-t', 'tmpfs', '-o', 'mode=700', 'meshcap-scale-state', tmp]);
 const socket = path.join(tmp, 'cni.sock');
 const stateDir = path.join(tmp, 'state');
 const maxPods = SIZES.at(-1)!;
@@ -165,8 +183,7 @@ const stopAgent = async (signal: NodeJS.Signals = 'SIGTERM') => {
 };
 function cleanup() {
   if (agent && agent.exitCode === null) agent.kill('SIGKILL');
-  rmSync(tmp, { recursive: true, force: true });
-  // the pin root and the namespaces: the outer process and the mount namespace's end
+  // tmp's tmpfs, the pin root and the namespaces: the mount namespace's end and the outer process
 }
 process.once('SIGINT', () => { cleanup(); process.exit(130); });
 process.once('SIGTERM', () => { cleanup(); process.exit(143); });
@@ -325,7 +342,8 @@ function summary(ms: number[]) {
   return { n: s.length, p50: pct(s, 50), p90: pct(s, 90), p99: pct(s, 99), max: s.at(-1)! };
 }
 
-interface SizeResult {
+/** One sampled row (sampleAt). */
+interface Sample {
   pods: number;
   loadavg: number[];
   addExecToExit: ReturnType<typeof summary>;
@@ -339,14 +357,72 @@ interface SizeResult {
   agentMem: Mem;
   /** cpuMs: the command's CPU time (user + system, 10 ms ticks): wall time moves with the machine's load. */
   status: { ms: number; cpuMs: number; exitCode: number | null; pods: number };
+}
+interface SizeResult extends Sample {
   /** One self-check period watched after the sample and `meshcap status` (--watch-self-check). */
   selfCheckWatch?: SelfCheckWatch;
   coldStart?: { wallMs: number; startupMs: number; reconcileMs: number; cpuMs: number; steps: Record<string, number>; attachments: number; restored: number; dropped: number; rssMiB: number; mem: Mem; loadavg: number[]; settled?: Settled };
   registerPerSec: number;
 }
 const results: SizeResult[] = [];
-
 const log = (s: string) => process.stderr.write(`bench:scale: ${s}\n`);
+
+/**
+ * One row: WARMUP unrecorded ADD+DEL pairs, SAMPLE sequential ADDs of fresh
+ * pods on top of `size` (timed), their DELs, the agent's RSS and `meshcap
+ * status` over every pod.
+ */
+async function sampleAt(size: number, tag: string, label = ''): Promise<Sample> {
+  // Warm-up, unrecorded: right after a (re)start the agent's ADD path is
+  // still being compiled by V8, and a row sampled then measured the JIT,
+  // not the pod count (10-pod rows read agent p50 0.5-2.8 ms, the 10,000-pod
+  // row, sampled after adopting 10,000 pods had run the same code, 0.5-1.0).
+  for (let i = 0; i < WARMUP; i++) {
+    await runCni('ADD', `w${i}`, `q${i % SAMPLE}`, probePath(i % SAMPLE), probeIp(i % SAMPLE));
+    await runCni('DEL', `w${i}`, `q${i % SAMPLE}`, probePath(i % SAMPLE), probeIp(i % SAMPLE));
+  }
+  // the sample: SAMPLE sequential ADDs of fresh pods on top of `size`, then their DELs
+  await new Promise((r) => setTimeout(r, 500));
+  const loadavg = os.loadavg();
+  const addMs: number[] = [];
+  const addAgentMs: number[] = [];
+  // the agent's CPU over the ADDs: its own work, apart from what it waits for
+  const agentCpu0 = cpuMsOf(agent!.pid!);
+  for (let i = 0; i < SAMPLE; i++) {
+    const r = await runCni('ADD', `${tag}${i}`, `q${i}`, probePath(i), probeIp(i));
+    if (r.code !== 0) throw new Error(`ADD q${i} failed: ${r.out}`);
+    addMs.push(r.ms);
+  }
+  const addAgentCpuUs = ((cpuMsOf(agent!.pid!) - agentCpu0) * 1000) / SAMPLE;
+  const mem = memOf(agent!.pid!);
+  const rss = mem.rss;
+  const delMs: number[] = [];
+  for (let i = 0; i < SAMPLE; i++) {
+    const r = await runCni('DEL', `${tag}${i}`, `q${i}`, probePath(i), probeIp(i));
+    if (r.code !== 0) throw new Error(`DEL q${i} failed: ${r.out}`);
+    delMs.push(r.ms);
+  }
+  await new Promise((r) => setTimeout(r, 200)); // the last log lines
+  for (let i = 0; i < SAMPLE; i++) {
+    const v = agentMs.get(`ADD:${tag}${i}`);
+    if (v === undefined) throw new Error(`no agent log line for ADD ${tag}${i}`);
+    addAgentMs.push(v);
+  }
+
+  const c0 = childCpuMs();
+  const s0 = performance.now();
+  const st = spawnSync(process.execPath, [MESHCAP, 'status', '-o', 'json', '--state-dir', stateDir, '--pin-root', pinRoot, '--socket', socket], { maxBuffer: 1 << 30, encoding: 'utf8' });
+  const statusMs = performance.now() - s0;
+  const statusCpuMs = childCpuMs() - c0;
+  let statusPods = -1;
+  try {
+    statusPods = (JSON.parse(st.stdout) as { pods: unknown[] }).pods.length;
+  } catch { /* reported as -1 */ }
+  const res: Sample = { pods: size, loadavg, addExecToExit: summary(addMs), addSamplesMs: addMs.map((ms) => Math.round(ms * 1000) / 1000), addAgent: summary(addAgentMs), addAgentCpuUs, delExecToExit: summary(delMs), agentRssMiB: rss, agentMem: mem, status: { ms: statusMs, cpuMs: statusCpuMs, exitCode: st.status, pods: statusPods } };
+  log(`${size} pods${label}: ADD p50 ${res.addExecToExit.p50.toFixed(2)} ms (agent ${res.addAgent.p50.toFixed(2)} ms, its CPU ${addAgentCpuUs.toFixed(0)} µs per ADD), RSS ${memText(mem)}, status ${statusMs.toFixed(0)} ms, CPU ${statusCpuMs} ms (${statusPods} pods, exit ${st.status})`);
+  return res;
+}
+
 try {
   log(`making ${maxPods + SAMPLE} network namespaces (private mount namespace)`);
   const batch = [...Array.from({ length: maxPods }, (_, i) => `netns add p${i}`), ...Array.from({ length: SAMPLE }, (_, i) => `netns add q${i}`)].join('\n') + '\n';
@@ -392,60 +468,32 @@ try {
       }
     }
 
-    // Warm-up, unrecorded: right after a (re)start the agent's ADD path is
-    // still being compiled by V8, and a row sampled then measured the JIT,
-    // not the pod count (10-pod rows read agent p50 0.5-2.8 ms, the 10,000-pod
-    // row, sampled after adopting 10,000 pods had run the same code, 0.5-1.0).
-    for (let i = 0; i < WARMUP; i++) {
-      await runCni('ADD', `w${i}`, `q${i % SAMPLE}`, probePath(i % SAMPLE), probeIp(i % SAMPLE));
-      await runCni('DEL', `w${i}`, `q${i % SAMPLE}`, probePath(i % SAMPLE), probeIp(i % SAMPLE));
-    }
-    // the sample: SAMPLE sequential ADDs of fresh pods on top of `size`, then their DELs
-    await new Promise((r) => setTimeout(r, 500));
-    const loadavg = os.loadavg();
-    const addMs: number[] = [];
-    const addAgentMs: number[] = [];
-    const tag = `s${size}-`;
-    // the agent's CPU over the ADDs: its own work, apart from what it waits for
-    const agentCpu0 = cpuMsOf(agent!.pid!);
-    for (let i = 0; i < SAMPLE; i++) {
-      const r = await runCni('ADD', `${tag}${i}`, `q${i}`, probePath(i), probeIp(i));
-      if (r.code !== 0) throw new Error(`ADD q${i} failed: ${r.out}`);
-      addMs.push(r.ms);
-    }
-    const addAgentCpuUs = ((cpuMsOf(agent!.pid!) - agentCpu0) * 1000) / SAMPLE;
-    const mem = memOf(agent!.pid!);
-    const rss = mem.rss;
-    const delMs: number[] = [];
-    for (let i = 0; i < SAMPLE; i++) {
-      const r = await runCni('DEL', `${tag}${i}`, `q${i}`, probePath(i), probeIp(i));
-      if (r.code !== 0) throw new Error(`DEL q${i} failed: ${r.out}`);
-      delMs.push(r.ms);
-    }
-    await new Promise((r) => setTimeout(r, 200)); // the last log lines
-    for (let i = 0; i < SAMPLE; i++) {
-      const v = agentMs.get(`ADD:${tag}${i}`);
-      if (v === undefined) throw new Error(`no agent log line for ADD ${tag}${i}`);
-      addAgentMs.push(v);
-    }
-
-    const c0 = childCpuMs();
-    const s0 = performance.now();
-    const st = spawnSync(process.execPath, [MESHCAP, 'status', '-o', 'json', '--state-dir', stateDir, '--pin-root', pinRoot, '--socket', socket], { maxBuffer: 1 << 30, encoding: 'utf8' });
-    const statusMs = performance.now() - s0;
-    const statusCpuMs = childCpuMs() - c0;
-    let statusPods = -1;
-    try {
-      statusPods = (JSON.parse(st.stdout) as { pods: unknown[] }).pods.length;
-    } catch { /* reported as -1 */ }
-    const res: SizeResult = { pods: size, loadavg, addExecToExit: summary(addMs), addSamplesMs: addMs.map((ms) => Math.round(ms * 1000) / 1000), addAgent: summary(addAgentMs), addAgentCpuUs, delExecToExit: summary(delMs), agentRssMiB: rss, agentMem: mem, status: { ms: statusMs, cpuMs: statusCpuMs, exitCode: st.status, pods: statusPods }, registerPerSec, ...(coldStart ? { coldStart: { ...coldStart, ...(lastSettled ? { settled: lastSettled } : {}) } } : {}) };
+    const res: SizeResult = { ...(await sampleAt(size, `s${size}-`)), registerPerSec, ...(coldStart ? { coldStart: { ...coldStart, ...(lastSettled ? { settled: lastSettled } : {}) } } : {}) };
     results.push(res);
-    log(`${size} pods: ADD p50 ${res.addExecToExit.p50.toFixed(2)} ms (agent ${res.addAgent.p50.toFixed(2)} ms, its CPU ${addAgentCpuUs.toFixed(0)} µs per ADD), RSS ${memText(mem)}, status ${statusMs.toFixed(0)} ms, CPU ${statusCpuMs} ms (${statusPods} pods, exit ${st.status})`);
     if (WATCH_AT.has(size)) {
       res.selfCheckWatch = await watchSelfCheck(agent!.pid!);
       const w = res.selfCheckWatch;
       log(`${size} pods, one self-check period watched (${w.samples} samples): RSS at rest ${w.restMiB.toFixed(1)} MiB, peak ${w.peakMiB.toFixed(1)} MiB (anon ${w.peakAnonMiB.toFixed(1)}), agent CPU ${w.cpuMs} ms, VmHWM ${w.hwmMiB.toFixed(1)} MiB`);
     }
+  }
+  // Back down to the first size (DELs as a kubelet would send them, then the
+  // node's pod list), and that row again: same agent, same namespaces on the
+  // machine, only the registered pods differ.
+  let drained: Sample | undefined;
+  if (DRAIN) {
+    const to = SIZES[0]!;
+    const t0 = performance.now();
+    const from = registered;
+    await pool(from - to, CONC, async (k) => {
+      const i = from - 1 - k;
+      const r = await runCni('DEL', `c${i}`, `p${i}`, nsPath(i), ipOf(i));
+      if (r.code !== 0) throw new Error(`DEL p${i} failed: ${r.out}`);
+    });
+    log(`drained to ${to} pods (${(((from - to) * 1000) / (performance.now() - t0)).toFixed(0)} DEL/s at ${CONC} at once)`);
+    registered = to;
+    writePods(to);
+    drained = await sampleAt(to, 'd-', ', drained back from ' + String(SIZES.at(-1)));
+    if (drained.status.pods !== to) throw new Error(`after the drain meshcap status shows ${drained.status.pods} pods, not ${to}: the DELs left pods behind`);
   }
   await stopAgent();
 
@@ -465,8 +513,15 @@ try {
   }
   const first = results[0]!;
   const last = results.at(-1)!;
-  console.log(`ADD p50 growth ${first.pods} -> ${last.pods} pods: ${(((last.addExecToExit.p50 / first.addExecToExit.p50) - 1) * 100).toFixed(1)}% (exec to exit), ${(((last.addAgent.p50 / first.addAgent.p50) - 1) * 100).toFixed(1)}% (agent)`);
-  const data = { when: new Date().toISOString(), agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, warmup: WARMUP, results };
+  const growth = (a: number, b: number) => `${(((b / a) - 1) * 100).toFixed(1)}%`;
+  console.log(`ADD p50 growth ${first.pods} -> ${last.pods} pods: ${growth(first.addExecToExit.p50, last.addExecToExit.p50)} (exec to exit), ${growth(first.addAgent.p50, last.addAgent.p50)} (agent)`);
+  if (drained) {
+    const d = drained;
+    console.log(`${d.pods} pods again after draining: ADD p50 ${f(d.addExecToExit.p50)} ms, p99 ${f(d.addExecToExit.p99)} ms, agent p50 ${f(d.addAgent.p50)} ms, agent CPU/ADD ${d.addAgentCpuUs.toFixed(0)} µs, DEL p50 ${f(d.delExecToExit.p50)} ms, RSS ${memText(d.agentMem)}, status ${d.status.ms.toFixed(0)} ms (load ${d.loadavg.map((x) => x.toFixed(1)).join(' ')})`);
+    const both = (pick: (r: Sample) => number) => (pick(first) + pick(d)) / 2;
+    console.log(`ADD p50 growth ${last.pods} pods against ${first.pods} at both ends of the run (before and after): ${growth(d.addExecToExit.p50, last.addExecToExit.p50)} against after, ${growth(both((r) => r.addExecToExit.p50), last.addExecToExit.p50)} against their mean (exec to exit); agent ${growth(both((r) => r.addAgent.p50), last.addAgent.p50)}, agent CPU/ADD ${growth(both((r) => r.addAgentCpuUs), last.addAgentCpuUs)} against the mean`);
+  }
+  const data = { when: new Date().toISOString(), agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, warmup: WARMUP, results, ...(drained ? { drained } : {}) };
   if (opt.json) writeFileSync(opt.json, JSON.stringify(data, null, 1) + '\n');
   if (opt.plot) {
     plotScale(data, opt.plot);

@@ -28,6 +28,8 @@ export interface ScaleBenchData {
   cpus: number;
   sample: number;
   results: ScaleRow[];
+  /** the first size again, after DELs back down from the last (runs before 2026-11-25 evening have none) */
+  drained?: ScaleRow;
 }
 
 /** MiB (what /proc shows) in MB (what the goal says). */
@@ -64,6 +66,7 @@ export function plotScale(data: ScaleBenchData, file: string): void {
     const add50 = dat('add50', col((r) => r.addExecToExit.p50));
     const add99 = dat('add99', col((r) => r.addExecToExit.p99));
     const agent50 = dat('agent50', col((r) => r.addAgent.p50));
+    const d = data.drained;
     panels.push([
       podsAxis,
       'set title "meshed eBPF ADD"',
@@ -71,7 +74,9 @@ export function plotScale(data: ScaleBenchData, file: string): void {
       'set yrange [0:*]',
       `plot ${add50} using 1:2 with linespoints lw 2 pt 7 lc 4 title 'exec to exit, p50', \\`,
       `  ${add99} using 1:2 with linespoints lw 1 pt 6 lc 4 dt 2 title 'exec to exit, p99', \\`,
-      `  ${agent50} using 1:2 with linespoints lw 2 pt 5 lc 2 title "the agent's own, p50"`,
+      `  ${agent50} using 1:2 with linespoints lw 2 pt 5 lc 2 title "the agent's own, p50"${d ? ', \\' : ''}`,
+      ...(d ? [`  ${dat('drained', [`${d.pods} ${d.addExecToExit.p50} ${d.addAgent.p50}`])} using 1:2 with points pt 9 ps 1.8 lc 4 title 'p50 again, drained back to ${d.pods} at the end', \\`,
+        `  '' using 1:3 with points pt 9 ps 1.8 lc 2 notitle`] : []),
     ].join('\n'));
 
     const after = dat('rss', col((r) => r.agentMem.rss * MB));
