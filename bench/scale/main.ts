@@ -6,7 +6,7 @@
 // new agent on the same state dir and pin root), timed from spawn to its
 // "ready" line.
 //
-//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--warmup 200] [--restart-at 1000,10000] [--drain yes|no] [--json FILE] [--plot FILE.svg]
+//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--warmup 200] [--restart-at 1000,10000] [--drain yes|no] [--exec launcher|node] [--json FILE] [--plot FILE.svg]
 //   ... bench/scale/main.ts --plot-only FILE.json --plot FILE.svg   (redraw from a stored run)
 //
 // Needs root and the build (npm run build). The agent is the real one
@@ -25,6 +25,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { daemonSetAgentEnv } from '../../test/helpers/agent-process.js';
+import { Launcher, runNode, type ExecResult } from '../cni/launcher.js';
 import { plotScale, type ScaleBenchData } from './plot.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -43,6 +44,8 @@ const { values: opt } = parseArgs({
     // of the run, so a machine that drifts during the run does not read as
     // growth (default on; --drain no to skip)
     drain: { type: 'string', default: 'yes' },
+    // who execs the plugin: the native launcher, as a runtime (default), or this Node process (runs before 2026-11-25 evening)
+    exec: { type: 'string', default: 'launcher' },
     concurrency: { type: 'string', default: '16' },
     // default: the DaemonSet's NODE_OPTIONS (deploy/meshcap.yaml); '' measures without
     'agent-node-options': { type: 'string' },
@@ -71,6 +74,7 @@ const WARMUP = Number(opt.warmup);
 const RESTART_AT = new Set(opt['restart-at'].split(',').filter(Boolean).map(Number));
 const CONC = Number(opt.concurrency);
 if (!['yes', 'no'].includes(opt.drain)) throw new Error('--drain: yes or no');
+if (!['launcher', 'node'].includes(opt.exec)) throw new Error('--exec: launcher or node');
 const DRAIN = opt.drain === 'yes' && SIZES.length > 1;
 /** The agent's self-check period (its default --self-check-interval): a watch this long holds one pass. */
 const SELF_CHECK_MS = 30_000;
@@ -183,6 +187,7 @@ const stopAgent = async (signal: NodeJS.Signals = 'SIGTERM') => {
 };
 function cleanup() {
   if (agent && agent.exitCode === null) agent.kill('SIGKILL');
+  void launcher?.close();
   // tmp's tmpfs, the pin root and the namespaces: the mount namespace's end and the outer process
 }
 process.once('SIGINT', () => { cleanup(); process.exit(130); });
@@ -210,22 +215,22 @@ function writePods(n: number): void {
 const ipOf = (i: number) => `198.18.${(i >> 8) & 255}.${i & 255}`;
 const probeIp = (i: number) => `198.19.${(i >> 8) & 255}.${i & 255}`;
 
-function runCni(command: string, container: string, pod: string, ns: string, ip: string): Promise<{ code: number | null; out: string; ms: number }> {
-  return new Promise((resolve, reject) => {
-    const t0 = process.hrtime.bigint();
-    const p = spawn(CNI, [], {
-      env: { CNI_COMMAND: command, CNI_CONTAINERID: container, CNI_NETNS: ns, CNI_IFNAME: 'eth0', CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=${pod}`, CNI_PATH: '/opt/cni/bin' },
-      stdio: ['pipe', 'pipe', 'ignore'],
-    });
-    let out = '';
-    p.stdout.on('data', (d) => { out += d; });
-    p.on('error', reject);
-    p.on('exit', (code) => resolve({ code, out, ms: Number(process.hrtime.bigint() - t0) / 1e6 }));
-    p.stdin.end(JSON.stringify({
-      cniVersion: '1.0.0', name: 'bench', type: 'meshcap-cni', agentSocket: socket, agentTimeoutMs: 30000,
-      prevResult: { cniVersion: '1.0.0', interfaces: [{ name: 'eth0', sandbox: ns }], ips: [{ address: `${ip}/15`, interface: 0 }] },
-    }));
+// The plugin is exec'd as a container runtime does it (bench/cni's native
+// launcher: posix_spawn, timed to the child's exit). Until 2026-11-25 the
+// bench's own Node process spawned it: libuv fork()s the whole process, ~1.5
+// ms of each ADD here, growing with the bench's RSS (~0.45 ms per 100 MB),
+// which grows with the pods it tracks: part of the "growth" was the bench's.
+// --exec node keeps that for comparison with earlier runs.
+let launcher: Launcher | undefined;
+function runCni(command: string, container: string, pod: string, ns: string, ip: string): Promise<ExecResult> {
+  const env = { CNI_COMMAND: command, CNI_CONTAINERID: container, CNI_NETNS: ns, CNI_IFNAME: 'eth0', CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=${pod}`, CNI_PATH: '/opt/cni/bin' };
+  const stdin = JSON.stringify({
+    cniVersion: '1.0.0', name: 'bench', type: 'meshcap-cni', agentSocket: socket, agentTimeoutMs: 30000,
+    prevResult: { cniVersion: '1.0.0', interfaces: [{ name: 'eth0', sandbox: ns }], ips: [{ address: `${ip}/15`, interface: 0 }] },
   });
+  if (opt.exec === 'node') return runNode(CNI, env, stdin);
+  launcher ??= new Launcher();
+  return launcher.run(CNI, env, stdin);
 }
 
 async function pool<T>(n: number, width: number, fn: (i: number) => Promise<T>): Promise<T[]> {
@@ -498,7 +503,7 @@ try {
   await stopAgent();
 
   const f = (x: number) => x.toFixed(2).padStart(7);
-  console.log(`eBPF mode, meshed Istio pods, ${SAMPLE} ADDs sampled per size after ${WARMUP} unrecorded ADD+DEL pairs, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
+  console.log(`eBPF mode, meshed Istio pods, ${SAMPLE} ADDs sampled per size after ${WARMUP} unrecorded ADD+DEL pairs, plugin exec'd by ${opt.exec === 'node' ? "the bench's Node process (fork + exec)" : 'mc-cni-exec (posix_spawn, as a runtime)'}, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
   console.log(`agent env (deploy/meshcap.yaml${opt['agent-node-options'] !== undefined ? ', NODE_OPTIONS from --agent-node-options' : ''}): ${JSON.stringify(agentEnv)}${Object.keys(agentSwitches).length > 0 ? `, switches ${JSON.stringify(agentSwitches)}` : ''}; RSS at ready with no pod registered: ${memText(readyMem)}`);
   console.log('pods registered   ADD p50   ADD p99   agent p50  agent p99  agent CPU/ADD µs   DEL p50   RSS MiB (MB, anon/file MiB)   status ms   load avg');
   for (const r of results) {
@@ -521,7 +526,7 @@ try {
     const both = (pick: (r: Sample) => number) => (pick(first) + pick(d)) / 2;
     console.log(`ADD p50 growth ${last.pods} pods against ${first.pods} at both ends of the run (before and after): ${growth(d.addExecToExit.p50, last.addExecToExit.p50)} against after, ${growth(both((r) => r.addExecToExit.p50), last.addExecToExit.p50)} against their mean (exec to exit); agent ${growth(both((r) => r.addAgent.p50), last.addAgent.p50)}, agent CPU/ADD ${growth(both((r) => r.addAgentCpuUs), last.addAgentCpuUs)} against the mean`);
   }
-  const data = { when: new Date().toISOString(), agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, warmup: WARMUP, results, ...(drained ? { drained } : {}) };
+  const data = { when: new Date().toISOString(), exec: opt.exec, agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, warmup: WARMUP, results, ...(drained ? { drained } : {}) };
   if (opt.json) writeFileSync(opt.json, JSON.stringify(data, null, 1) + '\n');
   if (opt.plot) {
     plotScale(data, opt.plot);
