@@ -185,7 +185,6 @@ interface Binding {
   setTransparent(fd: number, level: 'ipv4' | 'ipv6'): void;
   takeFd(pid: number, fd: number): number;
   mallocTrim(): boolean;
-  readDirTexts(dir: string, suffix: string): DirText[];
   peerCredentials(fd: number): PeerCredentials;
   libbpfVersion(): string;
   takeLibbpfLog(): string;
@@ -410,18 +409,6 @@ export function takeFd(pid: number, fd: number): number {
 /** glibc's malloc_trim(0): free pages inside the malloc heap back to the kernel; true when some were. */
 export function mallocTrim(): boolean {
   return native.mallocTrim();
-}
-/** A file of readDirTexts: its text, or why it could not be read ("open: EACCES (Permission denied)"). */
-export type DirText = { name: string; text: string; error?: undefined } | { name: string; text?: undefined; error: string };
-/**
- * Every entry of dir whose name ends in suffix, read whole (UTF-8), in
- * directory order, in one call: openat on the directory, a read, a close per
- * file. A file that cannot be read, or is over 1 MiB, comes with an error
- * instead of a text; a directory that cannot be read throws (NativeError,
- * code ENOENT when there is none).
- */
-export function readDirTexts(dir: string, suffix: string): DirText[] {
-  return native.readDirTexts(dir, suffix);
 }
 /** Who is at the other end of a connected unix socket (SO_PEERCRED: its pid, uid and gid at connect time). */
 export interface PeerCredentials {

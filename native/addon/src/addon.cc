@@ -21,7 +21,6 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitConsts(env, exports);
   InitProgTemplate(env, exports);
   InitMemory(env, exports);
-  InitFiles(env, exports);
   return exports;
 }
 

@@ -58,7 +58,6 @@ void InitOrigDst(Napi::Env env, Napi::Object exports);
 void InitPidfd(Napi::Env env, Napi::Object exports);
 void InitPeerCred(Napi::Env env, Napi::Object exports);
 void InitConsts(Napi::Env env, Napi::Object exports);
-void InitFiles(Napi::Env env, Napi::Object exports);
 void InitProgTemplate(Napi::Env env, Napi::Object exports);
 void InitMemory(Napi::Env env, Napi::Object exports);
 
