@@ -137,27 +137,8 @@ export async function collectStatus(opts: { stateDir: string; pinRoot: string })
     // A pod's pinned link shows its netns live without a lookup (most eBPF
     // pods); the others' lookups are a setns on a helper thread each: many at once.
     const linked = records.filter((rec) => rec.mode === 'ebpf' && rec.netnsCookie !== null);
-    // The links' proof runs on a pool thread (~14 us of syscalls a pod) while
-    // this thread compares each linked pod's map entries, as for a pod whose
-    // link is seen; a pod the proof does not show is compared again below,
-    // with the inbound link looked for. The same answers, sooner.
-    const proof = ebpf ? ebpf.netnsShownLiveAsync(linked.map((rec) => ({ netnsPath: rec.netns, netns: cookieOf(rec)! }))) : Promise.resolve(new Uint8Array(0));
-    const entriesOf = (rec: AttachmentRecord): string[] => {
-      try {
-        return ebpf!.checkEntries(cookieOf(rec)!, configOf(rec), rec.podIPs, snap);
-      } catch (err) {
-        return [(err as Error).message];
-      }
-    };
-    const early = new Map<AttachmentRecord, string[]>();
-    if (ebpf && snap) {
-      for (const rec of linked) snap.inboundSeen.add(cookieOf(rec)!);
-      for (const rec of linked) early.set(rec, entriesOf(rec));
-      snap.inboundSeen.clear();
-    }
-    const shownList = await proof;
-    const shownSet = new Set(linked.filter((_, i) => shownList[i] === 1));
-    for (const rec of shownSet) snap?.inboundSeen.add(cookieOf(rec)!);
+    const shownList = ebpf ? ebpf.netnsShownLiveMany(linked.map((rec) => ({ netnsPath: rec.netns, netns: cookieOf(rec)! })), snap) : [];
+    const shownSet = new Set(linked.filter((_, i) => shownList[i]));
     const shown = records.map((rec) => shownSet.has(rec));
     const states = await mapLimit(records, NETNS_LOOKUPS, async (rec, i) => (shown[i] ? 'live' as const : netnsState(rec.netns, cookieOf(rec))));
     for (const [i, rec] of records.entries()) {
@@ -188,7 +169,11 @@ export async function collectStatus(opts: { stateDir: string; pinRoot: string })
           row.drift = [ebpf ? 'eBPF record without a netns cookie' : `eBPF datapath not loaded (no pins under ${opts.pinRoot})`];
         } else {
           // The netns is live and is the recorded one (above): what CHECK adds is the entries.
-          row.drift = shownSet.has(rec) ? early.get(rec)! : entriesOf(rec);
+          try {
+            row.drift = ebpf.checkEntries(cookie, configOf(rec), rec.podIPs, snap);
+          } catch (err) {
+            row.drift = [(err as Error).message];
+          }
           row.state = !inMaps.has(cookie) ? 'missing' : row.drift.length > 0 ? 'drift' : 'present';
           inMaps.delete(cookie);
           const s = statsOf(cookie);

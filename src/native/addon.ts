@@ -156,7 +156,6 @@ interface Binding {
   progDetach(progFd: number, targetFd: number, attachType: number): void;
   linkInfo(fd: number): LinkInfo;
   linksProveNetns(pins: string[], netnsPaths: string[]): boolean[];
-  linksProveNetnsAsync(pins: string[], netnsPaths: string[]): Promise<Uint8Array>;
   progInfo(fd: number): ProgInfo;
   cgroupPrograms(cgroupPath: string, attachType: number): { id: number; name: string }[];
   ProgTemplate: new (path: string, opts: ProgTemplateOptions) => ProgTemplate;
@@ -262,10 +261,6 @@ export function linkInfo(fd: number): LinkInfo {
  */
 export function linksProveNetns(pins: string[], netnsPaths: string[]): boolean[] {
   return native.linksProveNetns(pins, netnsPaths);
-}
-/** linksProveNetns on a libuv pool thread (the JS thread stays free): 1 where proven. */
-export function linksProveNetnsAsync(pins: string[], netnsPaths: string[]): Promise<Uint8Array> {
-  return native.linksProveNetnsAsync(pins, netnsPaths);
 }
 export function progInfo(fd: number): ProgInfo {
   return native.progInfo(fd);

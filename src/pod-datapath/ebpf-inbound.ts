@@ -152,12 +152,6 @@ export function linksProveNetns(pinRoot: string, pods: { netns: bigint; netnsPat
   return bpf.linksProveNetns(pods.map((p) => L.podInbound(p.netns)), pods.map((p) => p.netnsPath));
 }
 
-/** linksProveNetns on a libuv pool thread, for a caller with other work meanwhile (`meshcap status`): 1 where proven. */
-export function linksProveNetnsAsync(pinRoot: string, pods: { netns: bigint; netnsPath: string }[]): Promise<Uint8Array> {
-  const L = pinLayout(pinRoot);
-  return bpf.linksProveNetnsAsync(pods.map((p) => L.podInbound(p.netns)), pods.map((p) => p.netnsPath));
-}
-
 export function hasPodInbound(pinRoot: string, netns: bigint): boolean {
   return existsSync(pinLayout(pinRoot).podInbound(netns));
 }

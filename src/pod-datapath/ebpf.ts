@@ -14,7 +14,7 @@ import { PodMaps, type KeySnapshot } from '../maps/registry.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { addPassthroughV6, netnsCookie, netnsProblem } from '../pod-netns.js';
 import type { PodBackend, PodSetup, RemoveOutcome } from './backend.js';
-import { attachPodInbound, detachPodInbound, hasPodInbound, linkProvesNetns, linksProveNetns, linksProveNetnsAsync } from './ebpf-inbound.js';
+import { attachPodInbound, detachPodInbound, hasPodInbound, linkProvesNetns, linksProveNetns } from './ebpf-inbound.js';
 import { InboundPool } from './inbound-pool.js';
 import { listenerSnapshot, refillPodListeners, type ListenerRefill, type NetnsProcesses } from './ebpf-listeners.js';
 
@@ -114,15 +114,6 @@ export class EbpfBackend implements PodBackend {
     const shown = linksProveNetns(this.pinRoot, pods);
     if (snap) pods.forEach((p, i) => shown[i] && snap.inboundSeen.add(p.netns));
     return shown;
-  }
-
-  /**
-   * netnsShownLiveMany's proof on a libuv pool thread (1: shown), for a caller
-   * with other work meanwhile; it notes nothing in a snapshot (the caller does,
-   * for the pods shown, before it relies on checkEntries' inbound check).
-   */
-  netnsShownLiveAsync(pods: { netnsPath: string; netns: bigint }[]): Promise<Uint8Array> {
-    return linksProveNetnsAsync(this.pinRoot, pods);
   }
 
   /** Removes everything of the pod by its cookie; returns the number of map entries removed. */

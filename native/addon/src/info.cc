@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "common.h"
@@ -122,125 +121,53 @@ Napi::Value CgroupPrograms(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// Does the link pinned at pin live in the netns that path names now?
-// (src/pod-datapath/ebpf-inbound.ts linkProvesNetns.) Anything that does not
-// prove it is false. nsfsDev: st_dev of nsfs (every netns inode's).
-bool LinkProvesNetns(const std::string& pin, const std::string& path, dev_t nsfsDev) {
-  int fd = bpf_obj_get(pin.c_str());
-  if (fd < 0) return false;
-  bool proven = false;
-  char link[64], target[64];
-  snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-  ssize_t len = readlink(link, target, sizeof(target) - 1);
-  std::string kind = len > 0 ? std::string(target, static_cast<size_t>(len)) : "";
-  bpf_link_info li{};
-  __u32 ilen = sizeof(li);
-  if ((kind == "anon_inode:bpf-link" || kind == "anon_inode:bpf_link") &&
-      bpf_obj_get_info_by_fd(fd, &li, &ilen) == 0 && li.type == BPF_LINK_TYPE_NETNS &&
-      li.netns.netns_ino != 0) {
-    struct stat st {};
-    proven = stat(path.c_str(), &st) == 0 && st.st_ino == li.netns.netns_ino && st.st_dev == nsfsDev;
-  }
-  close(fd);
-  return proven;
-}
-
-// The (pin, netns path) pairs of linksProveNetns(Async), checked and copied
-// out of JS (the async worker must not touch JS values).
-void PinPairs(const Napi::CallbackInfo& info, const char* fn, std::vector<std::string>& pins,
-              std::vector<std::string>& paths) {
-  Napi::Env env = info.Env();
-  if (info.Length() < 2 || !info[0].IsArray() || !info[1].IsArray())
-    ThrowType(env, std::string(fn) + ": pins and netnsPaths must be arrays of strings");
-  Napi::Array p = info[0].As<Napi::Array>(), n = info[1].As<Napi::Array>();
-  if (p.Length() != n.Length())
-    ThrowType(env, std::string(fn) + ": " + std::to_string(p.Length()) + " pins but " +
-                       std::to_string(n.Length()) + " netns paths");
-  pins.reserve(p.Length());
-  paths.reserve(p.Length());
-  for (uint32_t i = 0; i < p.Length(); i++) {
-    Napi::Value a = p.Get(i), b = n.Get(i);
-    if (!a.IsString() || !b.IsString())
-      ThrowType(env, std::string(fn) + ": pins[" + std::to_string(i) + "] and netnsPaths[" +
-                         std::to_string(i) + "] must be strings");
-    pins.push_back(a.As<Napi::String>().Utf8Value());
-    paths.push_back(b.As<Napi::String>().Utf8Value());
-  }
-}
-
-// 0 (and false for every pair) when nsfs cannot be stat'ed.
-dev_t NsfsDev(bool* ok) {
-  struct stat nsfs {};
-  *ok = stat("/proc/self/ns/net", &nsfs) == 0;
-  return nsfs.st_dev;
-}
-
-// For each (pin, netns path) pair: LinkProvesNetns. (For a pass over every pod
-// in one call: the per-pod cost is the syscalls, not four round trips through
-// N-API.)
+// For each (pin, netns path) pair: does the link pinned at pin live in the
+// netns that path names now? (src/pod-datapath/ebpf-inbound.ts linkProvesNetns,
+// for a pass over every pod in one call: the per-pod cost is the syscalls, not
+// four round trips through N-API.) Anything that does not prove it is false.
 Napi::Value LinksProveNetns(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  std::vector<std::string> pins, paths;
-  PinPairs(info, "linksProveNetns", pins, paths);
-  bool haveNsfs;
-  dev_t dev = NsfsDev(&haveNsfs);
-  Napi::Array out = Napi::Array::New(env, pins.size());
-  for (size_t i = 0; i < pins.size(); i++)
-    out.Set(i, Napi::Boolean::New(env, haveNsfs && LinkProvesNetns(pins[i], paths[i], dev)));
+  if (info.Length() < 2 || !info[0].IsArray() || !info[1].IsArray())
+    ThrowType(env, "linksProveNetns: pins and netnsPaths must be arrays of strings");
+  Napi::Array pins = info[0].As<Napi::Array>(), paths = info[1].As<Napi::Array>();
+  if (pins.Length() != paths.Length())
+    ThrowType(env, "linksProveNetns: " + std::to_string(pins.Length()) + " pins but " +
+                       std::to_string(paths.Length()) + " netns paths");
+  struct stat nsfs {};
+  bool haveNsfs = stat("/proc/self/ns/net", &nsfs) == 0;
+  Napi::Array out = Napi::Array::New(env, pins.Length());
+  for (uint32_t i = 0; i < pins.Length(); i++) {
+    Napi::Value p = pins.Get(i), n = paths.Get(i);
+    if (!p.IsString() || !n.IsString())
+      ThrowType(env, "linksProveNetns: pins[" + std::to_string(i) + "] and netnsPaths[" +
+                         std::to_string(i) + "] must be strings");
+    bool proven = false;
+    int fd = haveNsfs ? bpf_obj_get(p.As<Napi::String>().Utf8Value().c_str()) : -1;
+    if (fd >= 0) {
+      char link[64], target[64];
+      snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+      ssize_t len = readlink(link, target, sizeof(target) - 1);
+      std::string kind = len > 0 ? std::string(target, static_cast<size_t>(len)) : "";
+      bpf_link_info li{};
+      __u32 ilen = sizeof(li);
+      if ((kind == "anon_inode:bpf-link" || kind == "anon_inode:bpf_link") &&
+          bpf_obj_get_info_by_fd(fd, &li, &ilen) == 0 && li.type == BPF_LINK_TYPE_NETNS &&
+          li.netns.netns_ino != 0) {
+        struct stat st {};
+        proven = stat(n.As<Napi::String>().Utf8Value().c_str(), &st) == 0 &&
+                 st.st_ino == li.netns.netns_ino && st.st_dev == nsfs.st_dev;
+      }
+      close(fd);
+    }
+    out.Set(i, Napi::Boolean::New(env, proven));
+  }
   return out;
-}
-
-// linksProveNetns on a libuv pool thread: resolves to a Uint8Array (1:
-// proven). `meshcap status` has the JS thread compare every pod's map
-// entries meanwhile (the syscalls here are ~14 us a pod: ~135 ms at 10,000).
-class LinksProveWorker : public Napi::AsyncWorker {
- public:
-  LinksProveWorker(Napi::Env env, std::vector<std::string> pins, std::vector<std::string> paths)
-      : Napi::AsyncWorker(env, "meshcap:linksProveNetns"),
-        pins_(std::move(pins)),
-        paths_(std::move(paths)),
-        deferred_(Napi::Promise::Deferred::New(env)) {}
-
-  Napi::Promise Promise() { return deferred_.Promise(); }
-
-  void Execute() override {
-    bool haveNsfs;
-    dev_t dev = NsfsDev(&haveNsfs);
-    proven_.assign(pins_.size(), 0);
-    if (!haveNsfs) return;
-    for (size_t i = 0; i < pins_.size(); i++) proven_[i] = LinkProvesNetns(pins_[i], paths_[i], dev) ? 1 : 0;
-  }
-
-  void OnOK() override {
-    Napi::Env env = Env();
-    Napi::HandleScope scope(env);
-    Napi::Uint8Array out = Napi::Uint8Array::New(env, proven_.size());
-    if (!proven_.empty()) memcpy(out.Data(), proven_.data(), proven_.size());
-    deferred_.Resolve(out);
-  }
-
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
-
- private:
-  std::vector<std::string> pins_, paths_;
-  std::vector<uint8_t> proven_;
-  Napi::Promise::Deferred deferred_;
-};
-
-Napi::Value LinksProveNetnsAsync(const Napi::CallbackInfo& info) {
-  std::vector<std::string> pins, paths;
-  PinPairs(info, "linksProveNetnsAsync", pins, paths);
-  auto* w = new LinksProveWorker(info.Env(), std::move(pins), std::move(paths));
-  Napi::Promise p = w->Promise();
-  w->Queue();
-  return p;
 }
 
 }  // namespace
 
 void InitInfo(Napi::Env env, Napi::Object exports) {
   exports.Set("linksProveNetns", Napi::Function::New(env, LinksProveNetns, "linksProveNetns"));
-  exports.Set("linksProveNetnsAsync", Napi::Function::New(env, LinksProveNetnsAsync, "linksProveNetnsAsync"));
   exports.Set("cgroupPrograms", Napi::Function::New(env, CgroupPrograms, "cgroupPrograms"));
   exports.Set("linkInfo", Napi::Function::New(env, LinkInfo, "linkInfo"));
   exports.Set("progInfo", Napi::Function::New(env, ProgInfo, "progInfo"));

@@ -1,11 +1,9 @@
 // `meshcap status` (collectStatus) over eBPF pods in every state it tells
 // apart, in one pass as on a node: present; entries that differ from the
-// record (the link proves the netns: the comparison made while the proof
-// ran is the one shown); the inbound link gone (not proven: the netns is
-// looked up, and the comparison is made again with the link looked for);
-// the netns deleted; map entries without a record (orphan). The proof of
-// the links runs on a pool thread while the entries are compared: the rows
-// must be what a pass that waited for it would show.
+// record (the pinned link proves the netns live); the inbound link gone (not
+// proven by a link: the netns is looked up, and the entries are compared with
+// the link looked for); the netns deleted; map entries without a record
+// (orphan).
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
