@@ -30,13 +30,13 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { execa } from 'execa';
 import { pino, destination } from 'pino';
 import { cleanupOnSignals, Lab, type Proc } from '../../src/lab/index.js';
 import { projectRoot } from '../../src/paths.js';
 import { podToCaptureConfig } from '../../src/redirect/pod.js';
 import { summarizeTuples, type TupleSummary } from './tuples.js';
+import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 
 const SRC = path.join(projectRoot, 'bench/capacity/mc-capacity.c');
 const BIN = path.join(projectRoot, 'build/bench/mc-capacity');
@@ -50,16 +50,14 @@ type Mode = (typeof MODES)[number];
 const TESTS = ['hold', 'churn'] as const;
 type Test = (typeof TESTS)[number];
 
-const { values: opt } = parseArgs({
-  options: {
-    dests: { type: 'string', default: '2' },
-    'hold-seconds': { type: 'string', default: '150' },
-    tests: { type: 'string', default: TESTS.join(',') },
-    modes: { type: 'string', default: MODES.join(',') },
-    'churn-seconds': { type: 'string', default: '20' },
-    conc: { type: 'string', default: '64' },
-    json: { type: 'string' },
-  },
+const opt = parseOptions(import.meta.url, 'bench:capacity', {
+  dests: { type: 'string', default: '2' },
+  'hold-seconds': { type: 'string', default: '150' },
+  tests: { type: 'string', default: TESTS.join(',') },
+  modes: { type: 'string', default: MODES.join(',') },
+  'churn-seconds': { type: 'string', default: '20' },
+  conc: { type: 'string', default: '64' },
+  json: { type: 'string' },
 });
 const NDST = Number(opt.dests);
 const CHURN_S = Number(opt['churn-seconds']);

@@ -24,26 +24,24 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { createStepProgress } from '../../scripts/lib/progress.mjs';
 import { addVeth, cleanupOnSignals, Lab } from '../../src/lab/index.js';
 import { projectRoot } from '../../src/paths.js';
 import { Launcher, runNode, type ExecResult } from './launcher.js';
 import { plotCni } from './plot.js';
+import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 
 const CNI = path.join(projectRoot, 'build/bin/meshcap-cni');
 const MESHCAP = path.join(projectRoot, 'bin/meshcap');
 const ISTIO_CNI = path.join(projectRoot, 'build/istio/istio-cni');
 
-const { values: opt } = parseArgs({
-  options: {
-    pods: { type: 'string', default: '200' },
-    concurrency: { type: 'string', default: '16' },
-    modes: { type: 'string', default: 'ebpf,iptables,istio-cni' },
-    json: { type: 'string' },
-    plot: { type: 'string' },
-    'plot-only': { type: 'string' },
-  },
+const opt = parseOptions(import.meta.url, 'bench:cni', {
+  pods: { type: 'string', default: '200' },
+  concurrency: { type: 'string', default: '16' },
+  modes: { type: 'string', default: 'ebpf,iptables,istio-cni' },
+  json: { type: 'string' },
+  plot: { type: 'string' },
+  'plot-only': { type: 'string' },
 });
 if (opt['plot-only']) {
   if (!opt.plot) throw new Error('--plot-only FILE.json needs --plot FILE.svg');

@@ -34,7 +34,6 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { pino, destination } from 'pino';
 import { createStepProgress } from '../../scripts/lib/progress.mjs';
 import { cleanupOnSignals, Lab } from '../../src/lab/index.js';
@@ -42,28 +41,27 @@ import { projectRoot } from '../../src/paths.js';
 import { LEGS, MODES, TESTS, type Leg, type Mode, type TestName } from './matrix.js';
 import { plot, plotLatency } from './plot.js';
 import { cgroupRootPrograms, machine, otherTests, summarize, table, toJson, type BenchData } from './report.js';
+import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 
 const SRC = path.join(projectRoot, 'bench/datapath');
 const BIN = path.join(projectRoot, 'build/bench');
 const log = pino({ name: 'bench-datapath' }, destination(2));
 
-const { values: opt } = parseArgs({
-  options: {
-    rounds: { type: 'string', default: '5' },
-    seconds: { type: 'string', default: '0.5' },
-    warmup: { type: 'string', default: '0.1' },
-    quick: { type: 'boolean', default: false },
-    tests: { type: 'string', default: 'rr1,rr100,crr,stream' },
-    legs: { type: 'string', default: 'echo,full' },
-    modes: { type: 'string', default: MODES.join(',') },
-    cpus: { type: 'string', default: '0,0,0' },
-    json: { type: 'string' },
-    plot: { type: 'string' },
-    'plot-only': { type: 'string' },
-    profile: { type: 'string' },
-    'bpf-stats': { type: 'string' },
-    objects: { type: 'string' },
-  },
+const opt = parseOptions(import.meta.url, 'bench:datapath', {
+  rounds: { type: 'string', default: '5' },
+  seconds: { type: 'string', default: '0.5' },
+  warmup: { type: 'string', default: '0.1' },
+  quick: { type: 'boolean', default: false },
+  tests: { type: 'string', default: 'rr1,rr100,crr,stream' },
+  legs: { type: 'string', default: 'echo,full' },
+  modes: { type: 'string', default: MODES.join(',') },
+  cpus: { type: 'string', default: '0,0,0' },
+  json: { type: 'string' },
+  plot: { type: 'string' },
+  'plot-only': { type: 'string' },
+  profile: { type: 'string' },
+  'bpf-stats': { type: 'string' },
+  objects: { type: 'string' },
 });
 
 const have = (tool: string): boolean => {

@@ -15,7 +15,6 @@
 //     captured port, a listener on 15006 that accepts and closes.
 // Run as root: node --import ./bench/lib/ts.mjs bench/inbound/main.ts [--loads 200] [--conns 3000]
 import { readFileSync, writeFileSync } from 'node:fs';
-import { parseArgs } from 'node:util';
 import { execa } from 'execa';
 import * as bpf from '../../src/native/addon.js';
 import { loadDatapath, uninstallDatapath } from '../../src/loader/datapath.js';
@@ -26,8 +25,9 @@ import { loadInboundInstance, setInstanceNetns, StubTemplate, type InboundInstan
 import { EbpfBackend } from '../../src/pod-datapath/ebpf.js';
 import { netnsCookie } from '../../src/pod-netns.js';
 import { istioCapture } from '../../test/helpers/pods.js';
+import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 
-const { values: opt } = parseArgs({ options: { loads: { type: 'string', default: '200' }, conns: { type: 'string', default: '3000' } } });
+const opt = parseOptions(import.meta.url, 'bench:inbound', { loads: { type: 'string', default: '200' }, conns: { type: 'string', default: '3000' } });
 const LOADS = Number(opt.loads);
 const CONNS = Number(opt.conns);
 if (process.getuid?.() !== 0) throw new Error('run as root: the bench loads BPF programs and makes network namespaces');

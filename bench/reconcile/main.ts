@@ -16,22 +16,20 @@
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { stringify } from 'yaml';
 import { createStepProgress } from '../../scripts/lib/progress.mjs';
 import { cleanupOnSignals, Lab } from '../../src/lab/index.js';
 import { projectRoot } from '../../src/paths.js';
+import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 
 if (!existsSync(path.join(projectRoot, 'build/native/Release/meshcap_native.node'))) throw new Error('build/native/Release/meshcap_native.node is missing: npm run build');
 if (process.getuid?.() !== 0) throw new Error('run as root: the bench makes network namespaces and loads BPF programs');
 
-const { values: opt } = parseArgs({
-  options: {
-    pods: { type: 'string', default: '1,100,1000' },
-    modes: { type: 'string', default: 'ebpf,iptables' },
-    json: { type: 'string' },
-  },
+const opt = parseOptions(import.meta.url, 'bench:reconcile', {
+  pods: { type: 'string', default: '1,100,1000' },
+  modes: { type: 'string', default: 'ebpf,iptables' },
+  json: { type: 'string' },
 });
 const SIZES = opt.pods.split(',').map(Number);
 if (!SIZES.every((n) => Number.isInteger(n) && n >= 1 && n <= 5000)) throw new Error('--pods: comma-separated counts from 1 to 5000');

@@ -23,8 +23,8 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { daemonSetAgentEnv } from '../../test/helpers/agent-process.js';
+import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 import { Launcher, runNode, type ExecResult } from '../cni/launcher.js';
 import { plotScale, type ScaleBenchData } from './plot.js';
 
@@ -32,29 +32,27 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const CNI = path.join(root, 'build/bin/meshcap-cni');
 const MESHCAP = path.join(root, 'bin/meshcap');
 
-const { values: opt } = parseArgs({
-  options: {
-    sizes: { type: 'string', default: '10,1000,10000' },
-    sample: { type: 'string', default: '200' },
-    // unrecorded ADD+DEL pairs before each size's sample: every row measures a warmed agent
-    warmup: { type: 'string', default: '200' },
-    'restart-at': { type: 'string', default: '1000,10000' },
-    // after the last size, DEL the pods down to the first size and sample it
-    // again: the growth figure then compares the largest row with both ends
-    // of the run, so a machine that drifts during the run does not read as
-    // growth (default on; --drain no to skip)
-    drain: { type: 'string', default: 'yes' },
-    // who execs the plugin: the native launcher, as a runtime (default), or this Node process (runs before 2026-11-25 evening)
-    exec: { type: 'string', default: 'launcher' },
-    concurrency: { type: 'string', default: '16' },
-    // default: the DaemonSet's NODE_OPTIONS (deploy/meshcap.yaml); '' measures without
-    'agent-node-options': { type: 'string' },
-    // sizes after which the agent is watched for one self-check period (default: the last size; '' none)
-    'watch-self-check': { type: 'string' },
-    json: { type: 'string' },
-    plot: { type: 'string' },
-    'plot-only': { type: 'string' },
-  },
+const opt = parseOptions(import.meta.url, 'bench:scale', {
+  sizes: { type: 'string', default: '10,1000,10000' },
+  sample: { type: 'string', default: '200' },
+  // unrecorded ADD+DEL pairs before each size's sample: every row measures a warmed agent
+  warmup: { type: 'string', default: '200' },
+  'restart-at': { type: 'string', default: '1000,10000' },
+  // after the last size, DEL the pods down to the first size and sample it
+  // again: the growth figure then compares the largest row with both ends
+  // of the run, so a machine that drifts during the run does not read as
+  // growth (default on; --drain no to skip)
+  drain: { type: 'string', default: 'yes' },
+  // who execs the plugin: the native launcher, as a runtime (default), or this Node process (runs before 2026-11-25 evening)
+  exec: { type: 'string', default: 'launcher' },
+  concurrency: { type: 'string', default: '16' },
+  // default: the DaemonSet's NODE_OPTIONS (deploy/meshcap.yaml); '' measures without
+  'agent-node-options': { type: 'string' },
+  // sizes after which the agent is watched for one self-check period (default: the last size; '' none)
+  'watch-self-check': { type: 'string' },
+  json: { type: 'string' },
+  plot: { type: 'string' },
+  'plot-only': { type: 'string' },
 });
 if (opt['plot-only']) {
   if (!opt.plot) throw new Error('--plot-only FILE.json needs --plot FILE.svg');

@@ -19,7 +19,7 @@ import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, r
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 import { fetchKernel } from './lib/fetch-kernel.mjs';
 import { buildInitramfs } from './lib/initramfs.mjs';
 import { ConsoleReader, renderRunScript } from './lib/job.mjs';
@@ -46,25 +46,23 @@ const log = {
 const PRELOAD = 'veth overlay nf_tables nft_compat nft_chain_nat nf_nat nf_conntrack xt_REDIRECT xt_owner ' +
   'xt_mark xt_conntrack xt_tcpudp xt_multiport xt_comment sch_ingress cls_bpf dummy';
 
-const { values: opt } = parseArgs({
-  options: {
-    kernels: { type: 'string' },
-    smoke: { type: 'boolean', default: false },
-    'verifier-demo': { type: 'boolean', default: false },
-    accel: { type: 'string', default: process.env.MESHCAP_VM_ACCEL ?? 'auto' },
-    // qemu's TCG threading. multi: a host thread per vCPU (faster). single:
-    // both vCPUs on one host thread, for a guest that crashes with an
-    // unrecognised "Oops: int3" at a static-branch site, which is one vCPU
-    // running code another has just rewritten (docs/kernels.md).
-    'tcg-thread': { type: 'string', default: process.env.MESHCAP_VM_TCG_THREAD ?? 'multi' },
-    timeout: { type: 'string', default: '3600' },
-    // How many times slower than the host the guest is; stretches test deadlines (MESHCAP_TEST_TIME_SCALE).
-    'time-scale': { type: 'string' },
-    refresh: { type: 'boolean', default: false },
-    verbose: { type: 'boolean', default: false },
-    // Extra vitest arguments (shell words), e.g. a file and -t 'name', to chase one failure on one kernel.
-    'vitest-args': { type: 'string', default: '' },
-  },
+const opt = parseOptions(import.meta.url, 'test:kernels', {
+  kernels: { type: 'string' },
+  smoke: { type: 'boolean', default: false },
+  'verifier-demo': { type: 'boolean', default: false },
+  accel: { type: 'string', default: process.env.MESHCAP_VM_ACCEL ?? 'auto' },
+  // qemu's TCG threading. multi: a host thread per vCPU (faster). single:
+  // both vCPUs on one host thread, for a guest that crashes with an
+  // unrecognised "Oops: int3" at a static-branch site, which is one vCPU
+  // running code another has just rewritten (docs/kernels.md).
+  'tcg-thread': { type: 'string', default: process.env.MESHCAP_VM_TCG_THREAD ?? 'multi' },
+  timeout: { type: 'string', default: '3600' },
+  // How many times slower than the host the guest is; stretches test deadlines (MESHCAP_TEST_TIME_SCALE).
+  'time-scale': { type: 'string' },
+  refresh: { type: 'boolean', default: false },
+  verbose: { type: 'boolean', default: false },
+  // Extra vitest arguments (shell words), e.g. a file and -t 'name', to chase one failure on one kernel.
+  'vitest-args': { type: 'string', default: '' },
 });
 if (!['auto', 'tcg', 'kvm'].includes(String(opt.accel))) throw new Error(`--accel must be auto, tcg or kvm, not '${opt.accel}'`);
 if (!['multi', 'single'].includes(String(opt['tcg-thread']))) throw new Error(`--tcg-thread must be multi or single, not '${opt['tcg-thread']}'`);
