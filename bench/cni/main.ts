@@ -24,12 +24,12 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 import { createStepProgress } from '../../scripts/lib/progress.mjs';
 import { addVeth, cleanupOnSignals, Lab } from '../../src/lab/index.js';
 import { projectRoot } from '../../src/paths.js';
 import { Launcher, runNode, type ExecResult } from './launcher.js';
 import { plotCni } from './plot.js';
-import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 
 const CNI = path.join(projectRoot, 'build/bin/meshcap-cni');
 const MESHCAP = path.join(projectRoot, 'bin/meshcap');

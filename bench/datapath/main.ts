@@ -35,13 +35,13 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import os from 'node:os';
 import path from 'node:path';
 import { pino, destination } from 'pino';
+import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 import { createStepProgress } from '../../scripts/lib/progress.mjs';
 import { cleanupOnSignals, Lab } from '../../src/lab/index.js';
 import { projectRoot } from '../../src/paths.js';
 import { LEGS, MODES, TESTS, type Leg, type Mode, type TestName } from './matrix.js';
 import { plot, plotLatency } from './plot.js';
 import { cgroupRootPrograms, machine, otherTests, summarize, table, toJson, type BenchData } from './report.js';
-import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 
 const SRC = path.join(projectRoot, 'bench/datapath');
 const BIN = path.join(projectRoot, 'build/bench');

@@ -18,10 +18,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
 import { stringify } from 'yaml';
+import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 import { createStepProgress } from '../../scripts/lib/progress.mjs';
 import { cleanupOnSignals, Lab } from '../../src/lab/index.js';
 import { projectRoot } from '../../src/paths.js';
-import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 
 if (!existsSync(path.join(projectRoot, 'build/native/Release/meshcap_native.node'))) throw new Error('build/native/Release/meshcap_native.node is missing: npm run build');
 if (process.getuid?.() !== 0) throw new Error('run as root: the bench makes network namespaces and loads BPF programs');
