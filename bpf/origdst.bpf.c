@@ -2,7 +2,9 @@
 /*
  * cgroup/getsockopt at the cgroup v2 root: answer SO_ORIGINAL_DST (SOL_IP) and
  * IP6T_SO_ORIGINAL_DST (SOL_IPV6) for the proxy's accepted sockets in meshed
- * pods with the same struct an iptables REDIRECT + conntrack would give.
+ * pods with the same struct an iptables REDIRECT + conntrack would give:
+ * from the socket's storage (sockops), from the slot its local address
+ * names (mc_slotted), or for sk_lookup-steered connections its own address.
  * Every other option, and every socket outside meshed pods, is left exactly
  * as the kernel answered: for an answer over a page mc_pass() sets
  * ctx->optlen to 0, which tells the kernel (5.12+) to keep the caller's
@@ -125,6 +127,49 @@ MC_INLINE __u32 mc_flowinfo(struct bpf_sock *sk)
 	return fl & bpf_htonl(0x0fffffff);
 }
 
+/*
+ * A slotted connection (outbound.bpf.c, mc_loopback_for4): the proxy's
+ * socket's own local address, 127.S at the outbound port, names the
+ * original destination in the pod's mc_dstslot. Only connected TCP sockets
+ * (a listener bound to 127.S has no conntrack entry under iptables either).
+ */
+MC_INLINE bool mc_slotted(struct bpf_sock *sk, __u64 netns, struct mc_orig *out)
+{
+	struct mc_slot *v;
+	__u32 a;
+
+	if (sk->protocol != IPPROTO_TCP || sk->dst_port == 0)
+		return false;
+	/* Each field loaded on its own (barrier_var): clang would otherwise
+	 * merge the two branches' loads into one from a computed offset, which
+	 * the verifier refuses ("pointer arithmetic on sock prohibited"). */
+	if (sk->family == AF_INET) {
+		a = sk->src_ip4;
+		barrier_var(a);
+	} else {
+		/* a dual-stack listener's socket of an IPv4 connection */
+		__u32 w0 = sk->src_ip6[0], w1 = sk->src_ip6[1], w2 = sk->src_ip6[2];
+
+		barrier_var(w0);
+		barrier_var(w1);
+		barrier_var(w2);
+		if (w0 != 0 || w1 != 0 || w2 != bpf_htonl(0x0000ffff))
+			return false;
+		a = sk->src_ip6[3];
+		barrier_var(a);
+	}
+	v = mc_slot_lookup(netns, a, (__u16)sk->src_port);
+	if (!v)
+		return false;
+	__builtin_memcpy(&a, v->addr, 4);
+	mc_v4mapped(out->addr, a);
+	out->port = v->port;
+	out->family = 4;
+	out->kind = MC_ORIG_OUTBOUND;
+	out->netns = netns;
+	return true;
+}
+
 SEC("cgroup/getsockopt")
 int mc_getsockopt(struct bpf_sockopt *ctx)
 {
@@ -145,8 +190,9 @@ int mc_getsockopt(struct bpf_sockopt *ctx)
 	o = bpf_sk_storage_get(&mc_skorig, sk, 0, 0);
 	if (o) {
 		netns = o->netns;
+	} else if (mc_slotted(sk, (netns = bpf_get_netns_cookie(ctx)), &local)) {
+		o = &local;
 	} else {
-		netns = bpf_get_netns_cookie(ctx);
 		pod = mc_pod_of(netns);
 		if (!pod)
 			return mc_pass(ctx);

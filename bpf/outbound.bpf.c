@@ -4,7 +4,8 @@
  * cgroup v2 root. For sockets of meshed pods (keyed by netns cookie) the
  * destination is rewritten to the proxy on loopback, following istio-iptables'
  * ISTIO_OUTPUT chain rule for rule (see mc_decide), and the original
- * destination is remembered by socket cookie for sockops to hand over.
+ * destination is named by the loopback address (mc_loopback_for4) or kept in
+ * the socket's storage for sockops to hand over.
  */
 #include "mc_common.h"
 
@@ -99,9 +100,25 @@ MC_INLINE enum mc_verdict mc_decide(__u64 netns, const struct mc_pod *pod, const
 	return MC_PASS;
 }
 
-/* Decide, remember the original destination, and return the new port (0: untouched). */
+/* The original destination in the socket's own storage (created here). */
+MC_INLINE void mc_keep_orig(struct bpf_sock *sk, const struct mc_orig *orig)
+{
+	struct mc_orig *so = bpf_sk_storage_get(&mc_apporig, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+
+	if (so)
+		*so = *orig;
+}
+
+/*
+ * Decide, remember the original destination, and return the new port (0:
+ * untouched). *slotted: a TCP connection of an IPv4 destination to the
+ * outbound port, whose original destination the caller names by a slot
+ * (mc_loopback_for4) and keeps in the socket's storage (mc_keep_orig) only
+ * where no slot can be had; orig is filled for it.
+ */
 MC_INLINE __u16 mc_connect(struct bpf_sock_addr *ctx, struct bpf_sock *sk, __u64 netns, const __u8 dst[16],
-			   const __u8 src[16], __u16 dport, bool tcp, struct mc_pod **podp)
+			   const __u8 src[16], __u16 dport, bool tcp, struct mc_pod **podp,
+			   struct mc_orig *origp, bool *slotted)
 {
 	struct mc_pod *pod = mc_pod_of(netns);
 	struct mc_orig orig = {};
@@ -151,10 +168,11 @@ MC_INLINE __u16 mc_connect(struct bpf_sock_addr *ctx, struct bpf_sock *sk, __u64
 	 * mc_sockorig LRU keyed by socket cookie: one allocation the socket needs
 	 * anyway instead of an LRU update, lookup and delete per connection.
 	 * UDP DNS: recvmsg restores the resolver as the reply source. */
-	if (tcp) {
-		struct mc_orig *so = bpf_sk_storage_get(&mc_apporig, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-		if (so)
-			*so = orig;
+	if (tcp && orig.kind == MC_ORIG_OUTBOUND && orig.family == 4 && to == pod->outbound_port) {
+		*origp = orig;
+		*slotted = true;
+	} else if (tcp) {
+		mc_keep_orig(sk, &orig);
 	} else {
 		bpf_map_update_elem(&mc_dnsorig, &cookie, &orig, BPF_ANY);
 	}
@@ -203,35 +221,91 @@ MC_INLINE void mc_bind_pod6(struct bpf_sock_addr *ctx, const struct mc_pod *pod,
 }
 
 /*
- * Which loopback address a redirected IPv4 connection is sent to. Every
- * socket of a pod sent to 127.0.0.1:15001 shares one 4-tuple space (pod
- * address, port, 127.0.0.1, 15001), so the pod's concurrent outbound
- * connections would share one ephemeral port range, where under iptables
- * the app's socket keeps its original destination and gets a range per
- * destination (docs/bench-capacity.md). So each original destination
- * (address and port) gets its own address in 127.0.0.0/8, from a hash of
- * it: only where a listener takes that address (the proxy bound to the
- * wildcard, as Envoy binds 0.0.0.0:15001), asked of the kernel's own socket
- * lookup in the pod's netns; a proxy bound to 127.0.0.1 only (linkerd2-proxy:
- * 127.0.0.1:4140) keeps getting 127.0.0.1. Loopback either way, so
- * tcp_tw_reuse=2 (the default) still applies to the app's TIME_WAIT.
- * src/explain/kernel-verdict.ts computes the same address (mcSpread4).
+ * Which loopback address a redirected IPv4 connection is sent to, and how
+ * the proxy learns its original destination.
+ *
+ * Every socket of a pod sent to 127.0.0.1:15001 would share one 4-tuple
+ * space (pod address, port, 127.0.0.1, 15001), so the pod's concurrent
+ * outbound connections would share one ephemeral port range, where under
+ * iptables the app's socket keeps its original destination and gets a range
+ * per destination (docs/bench-capacity.md). So each original destination
+ * (address and port) of a pod gets its own address in 127.0.0.0/8: its
+ * slot, kept in mc_dstslot for the pod's life. The address then names the
+ * destination: the proxy's SO_ORIGINAL_DST (origdst.bpf.c) and the app's
+ * getpeername() (peername.bpf.c) look the connection's own loopback address
+ * up, and nothing is allocated, carried or freed per connection (a socket
+ * storage on each side and a tuple-keyed entry in between, before slots:
+ * most of eBPF mode's per-connection cost, docs/bench-datapath.md).
+ *
+ * Slots are only for a listener that takes every 127.x address (the proxy
+ * bound to the wildcard, as Envoy binds 0.0.0.0:15001); a proxy bound to
+ * 127.0.0.1 only (linkerd2-proxy: 127.0.0.1:4140) gets 127.0.0.1, and so
+ * does a connection that finds no slot (the map full, or every probe taken
+ * by other destinations): those keep their original destination in the
+ * sockets' storage as before. Loopback either way, so tcp_tw_reuse=2 (the
+ * default) still applies to the app's TIME_WAIT.
+ *
+ * The slot is a hash of destination and port (probe 0 is the address the
+ * version before picked for it), probed MC_SLOT_PROBES times.
+ * src/explain/kernel-verdict.ts computes the same (slotHash4).
  */
-MC_INLINE __u32 mc_spread_addr4(const __u8 dst[16], __u16 dport)
+MC_INLINE __u32 mc_slot_hash4(__u32 ip_be, __u16 dport, __u32 probe)
 {
-	__u32 x, ip;
+	__u32 x = bpf_ntohl(ip_be) ^ ((__u32)dport << 16 | dport);
 
-	__builtin_memcpy(&ip, dst + 12, 4);
-	x = bpf_ntohl(ip) ^ ((__u32)dport << 16 | dport);
+	x += probe * 0x632be5ab;
 	x *= 0x9e3779b1;
 	x ^= x >> 15;
 	x *= 0x85ebca77;
 	x ^= x >> 13;
-	x &= 0x00ffffff;
-	/* not 127.0.0.0 nor the broadcast 127.255.255.255: those two get 127.0.0.1 */
-	if (x == 0 || x == 0x00ffffff)
-		x = 1;
-	return bpf_htonl(0x7f000000 | x);
+	return x & 0x00ffffff;
+}
+
+#define MC_EEXIST 17
+
+/*
+ * The pod's slot for (destination, port) sent to `to`: the one it has, or a
+ * free one claimed now; 0 when the first `probes` candidates are other
+ * destinations' or the map is full. A slot is written once, before any
+ * connection is sent to its address, and removed only with its pod, so a
+ * reader that finds it sees what it will always say.
+ */
+MC_INLINE __u32 mc_slot_claim4(__u64 netns, __u32 ip_be, __u16 dport, __u16 to, int probes)
+{
+	struct mc_slot_key k = {};
+	struct mc_slot want = {}, *v;
+
+	k.netns = netns;
+	__builtin_memcpy(want.addr, &ip_be, 4);
+	want.port = dport;
+	want.to = to;
+	/* a bounded loop (5.3+ verifiers; eBPF mode needs 5.15) */
+	for (int i = 0; i < MC_SLOT_PROBES; i++) {
+		long err;
+		__u32 a;
+
+		if (i >= probes)
+			break;
+		k.slot = mc_slot_hash4(ip_be, dport, i);
+		if (!mc_slot_of4(bpf_htonl(0x7f000000 | k.slot)))
+			continue;
+		v = bpf_map_lookup_elem(&mc_dstslot, &k);
+		if (!v) {
+			err = bpf_map_update_elem(&mc_dstslot, &k, &want, BPF_NOEXIST);
+			if (err == 0)
+				return k.slot;
+			if (err != -MC_EEXIST)
+				return 0; /* full */
+			/* another CPU claimed it first, perhaps for this destination */
+			v = bpf_map_lookup_elem(&mc_dstslot, &k);
+			if (!v)
+				continue;
+		}
+		__builtin_memcpy(&a, v->addr, 4);
+		if (a == ip_be && v->port == dport && v->to == to)
+			return k.slot;
+	}
+	return 0;
 }
 
 /*
@@ -275,25 +349,53 @@ MC_INLINE bool mc_wildcard_listener4(__u64 netns, const struct mc_pod *pod)
 	return false;
 }
 
+/* The loopback address for a redirected IPv4 connection (network order): its
+ * destination's slot address, or 127.0.0.1 where it gets none. */
 MC_INLINE __u32 mc_loopback_for4(void *ctx, __u64 netns, const struct mc_pod *pod, const __u8 dst[16], __u16 dport, __u16 to)
 {
-	struct bpf_sock_tuple t = {};
-	struct bpf_sock *sk;
-	__u32 addr = mc_spread_addr4(dst, dport);
+	__u32 ip, slot;
+	int probes = MC_SLOT_PROBES;
 
-	if (addr == bpf_htonl(0x7f000001))
-		return addr;
-	if (mc_wildcard_listener4(netns, pod))
-		return addr;
-	if (pod->n_addr4)
-		__builtin_memcpy(&t.ipv4.saddr, pod->addr4[0], 4);
-	t.ipv4.daddr = addr;
-	t.ipv4.dport = bpf_htons(to);
-	sk = bpf_sk_lookup_tcp(ctx, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
-	if (!sk)
-		return bpf_htonl(0x7f000001);
-	bpf_sk_release(sk);
-	return addr;
+	__builtin_memcpy(&ip, dst + 12, 4);
+	if (!mc_wildcard_listener4(netns, pod)) {
+		/* Not registered: the kernel's socket lookup says whether a
+		 * listener takes the first candidate (then only that one is tried). */
+		struct bpf_sock_tuple t = {};
+		struct bpf_sock *sk;
+		__u32 x = mc_slot_hash4(ip, dport, 0);
+
+		if (!mc_slot_of4(bpf_htonl(0x7f000000 | x)))
+			return bpf_htonl(0x7f000001);
+		if (pod->n_addr4)
+			__builtin_memcpy(&t.ipv4.saddr, pod->addr4[0], 4);
+		t.ipv4.daddr = bpf_htonl(0x7f000000 | x);
+		t.ipv4.dport = bpf_htons(to);
+		sk = bpf_sk_lookup_tcp(ctx, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+		if (!sk)
+			return bpf_htonl(0x7f000001);
+		bpf_sk_release(sk);
+		probes = 1;
+	}
+	slot = mc_slot_claim4(netns, ip, dport, to, probes);
+	return slot ? bpf_htonl(0x7f000000 | slot) : bpf_htonl(0x7f000001);
+}
+
+/*
+ * Where a slotted connection goes: its slot's address, with nothing in the
+ * socket's storage (one an earlier connect() of the socket left is dropped,
+ * so nothing stale answers); or 127.0.0.1 with its original destination in
+ * the storage.
+ */
+MC_INLINE __u32 mc_slotted_addr4(void *ctx, struct bpf_sock *sk, __u64 netns, const struct mc_pod *pod,
+				 const __u8 dst[16], __u16 dport, __u16 to, const struct mc_orig *orig)
+{
+	__u32 a = mc_loopback_for4(ctx, netns, pod, dst, dport, to);
+
+	if (a == bpf_htonl(0x7f000001))
+		mc_keep_orig(sk, orig);
+	else
+		bpf_sk_storage_delete(&mc_apporig, sk);
+	return a;
 }
 
 MC_INLINE bool mc_proto_ok(struct bpf_sock_addr *ctx, bool *tcp)
@@ -306,10 +408,11 @@ SEC("cgroup/connect4")
 int mc_connect4(struct bpf_sock_addr *ctx)
 {
 	struct mc_pod *pod;
+	struct mc_orig orig = {};
 	__u8 dst[16], src[16];
 	struct bpf_sock *sk = ctx->sk;
 	__u64 netns;
-	bool tcp;
+	bool tcp, slotted = false;
 	__u16 to;
 
 	if (!sk || !mc_proto_ok(ctx, &tcp))
@@ -317,11 +420,11 @@ int mc_connect4(struct bpf_sock_addr *ctx)
 	mc_v4mapped(dst, ctx->user_ip4);
 	mc_v4mapped(src, sk->src_ip4);
 	netns = bpf_get_netns_cookie(ctx);
-	to = mc_connect(ctx, sk, netns, dst, src, bpf_ntohs(ctx->user_port), tcp, &pod);
+	to = mc_connect(ctx, sk, netns, dst, src, bpf_ntohs(ctx->user_port), tcp, &pod, &orig, &slotted);
 	if (to && pod) {
 		if (mc_is_unspecified(src))
 			mc_bind_pod4(ctx, pod);
-		ctx->user_ip4 = tcp && to == pod->outbound_port ? mc_loopback_for4(ctx, netns, pod, dst, bpf_ntohs(ctx->user_port), to) : bpf_htonl(0x7f000001);
+		ctx->user_ip4 = slotted ? mc_slotted_addr4(ctx, sk, netns, pod, dst, orig.port, to, &orig) : bpf_htonl(0x7f000001);
 		ctx->user_port = bpf_htons(to);
 	}
 	return 1;
@@ -331,10 +434,11 @@ SEC("cgroup/connect6")
 int mc_connect6(struct bpf_sock_addr *ctx)
 {
 	struct mc_pod *pod;
+	struct mc_orig orig = {};
 	__u8 dst[16], src[16];
 	struct bpf_sock *sk = ctx->sk;
 	__u64 netns;
-	bool tcp;
+	bool tcp, slotted = false;
 	__u16 to;
 
 	if (!sk || !mc_proto_ok(ctx, &tcp))
@@ -351,7 +455,7 @@ int mc_connect6(struct bpf_sock_addr *ctx)
 	((__u32 *)src)[2] = sk->src_ip6[2];
 	((__u32 *)src)[3] = sk->src_ip6[3];
 	netns = bpf_get_netns_cookie(ctx);
-	to = mc_connect(ctx, sk, netns, dst, src, bpf_ntohs(ctx->user_port), tcp, &pod);
+	to = mc_connect(ctx, sk, netns, dst, src, bpf_ntohs(ctx->user_port), tcp, &pod, &orig, &slotted);
 	if (to && pod) {
 		if (mc_is_unspecified(src))
 			mc_bind_pod6(ctx, pod, mc_is_v4mapped(dst));
@@ -361,7 +465,7 @@ int mc_connect6(struct bpf_sock_addr *ctx)
 			ctx->user_ip6[0] = 0;
 			ctx->user_ip6[1] = 0;
 			ctx->user_ip6[2] = bpf_htonl(0x0000ffff);
-			ctx->user_ip6[3] = tcp && to == pod->outbound_port ? mc_loopback_for4(ctx, netns, pod, dst, bpf_ntohs(ctx->user_port), to) : bpf_htonl(0x7f000001);
+			ctx->user_ip6[3] = slotted ? mc_slotted_addr4(ctx, sk, netns, pod, dst, orig.port, to, &orig) : bpf_htonl(0x7f000001);
 		} else {
 			ctx->user_ip6[0] = 0;
 			ctx->user_ip6[1] = 0;

@@ -149,6 +149,15 @@ MC_INLINE void mc_on_passive(struct bpf_sock_ops *s)
 	if (!sk || !mc_local_loopback(s))
 		return;
 	netns = bpf_get_netns_cookie(s);
+	/* A slotted connection: its address names the original destination,
+	 * nothing to claim (outbound.bpf.c, mc_loopback_for4). */
+	if (s->family == AF_INET) {
+		__u32 l4 = s->local_ip4;
+
+		barrier_var(l4);
+		if (mc_slot_lookup(netns, l4, (__u16)s->local_port))
+			return;
+	}
 	if (!mc_pod_of(netns))
 		return;
 	mc_tuple_of(s, netns, &mine);

@@ -144,6 +144,44 @@ MC_INLINE bool mc_cidr_match(__u64 netns, const __u8 a[16], __u8 kind4)
 	return bpf_map_lookup_elem(&mc_cidrs, &k) != NULL;
 }
 
+/*
+ * The pod's slot a loopback address names (a in network order), or 0 for
+ * 127.0.0.0, 127.0.0.1, 127.0.0.6 and 127.255.255.255 and anything outside
+ * 127.0.0.0/8: those never stand for a destination (struct mc_slot_key).
+ */
+MC_INLINE __u32 mc_slot_of4(__u32 a)
+{
+	__u32 h = bpf_ntohl(a);
+
+	if ((h >> 24) != 127)
+		return 0;
+	h &= 0x00ffffff;
+	if (h == 0 || h == 1 || h == 6 || h == 0x00ffffff)
+		return 0;
+	return h;
+}
+
+/*
+ * The original destination of a connection between a pod's app and its
+ * proxy, named by the connection's loopback address a (network order) and
+ * the proxy's port: NULL when a names no slot of the pod or the slot was
+ * made for another port.
+ */
+MC_INLINE struct mc_slot *mc_slot_lookup(__u64 netns, __u32 a, __u16 to)
+{
+	struct mc_slot_key k = {};
+	struct mc_slot *v;
+
+	k.slot = mc_slot_of4(a);
+	if (!k.slot)
+		return NULL;
+	k.netns = netns;
+	v = bpf_map_lookup_elem(&mc_dstslot, &k);
+	if (!v || v->to != to)
+		return NULL;
+	return v;
+}
+
 #define MC_STAT_INC(netns, field)                                        \
 	do {                                                             \
 		__u64 __n = (netns);                                     \

@@ -27,6 +27,14 @@
 #define MC_MAX_DNSORIG 65536  /* UDP DNS sockets, most recently used */
 #define MC_MAX_LISTEN 32768 /* sockets, not pods: a node runs far fewer than 16,384 pods x 2 families; unchanged so an upgrade reuses the pinned map */
 #define MC_POD_ADDRS 4
+/* mc_dstslot: (pod, 127.x address) -> the original destination it stands for.
+ * Entries are made by connect4/6 on a destination's first redirected connect
+ * and live as long as the pod (the agent removes a deleted pod's): memory as
+ * used (no prealloc). Full: connects fall back to 127.0.0.1 and the sockets'
+ * own storage, as before slots. */
+#define MC_MAX_DSTSLOTS 65536
+/* Tries per destination for a free 127.x address of the pod (hash probes). */
+#define MC_SLOT_PROBES 4
 
 /* mc_pod.flags */
 #define MC_F_OUT_ALL4 (1u << 0)   /* includeOutboundIPRanges '*' (v4) */
@@ -129,6 +137,26 @@ struct mc_orig {
 	__u8 kind;   /* MC_ORIG_* */
 	__u32 pad;
 	__u64 netns;
+};
+
+/*
+ * A redirected IPv4 connection's loopback address names its original
+ * destination: connect4/6 send the app's socket to 127.S:outbound_port,
+ * where S (the low 24 bits) is the pod's slot for that destination, so the
+ * proxy's SO_ORIGINAL_DST and the app's getpeername() are a lookup of the
+ * connection's own address: nothing to allocate, carry or free per
+ * connection (docs/datapath.md "Destination slots").
+ */
+struct mc_slot_key {
+	__u64 netns;
+	__u32 slot; /* host order, 0x000002 .. 0xfffffe, never 1 (127.0.0.1) nor 6 (127.0.0.6) */
+	__u32 pad;
+};
+
+struct mc_slot {
+	__u8 addr[4]; /* the original destination, network order */
+	__u16 port;   /* its port, host order */
+	__u16 to;     /* the outbound port the connection was sent to */
 };
 
 /* Per-pod counters, created by the agent when the pod is registered. */
@@ -240,6 +268,15 @@ struct {
 	__type(key, __u64);
 	__type(value, struct mc_orig);
 } mc_dnsorig SEC(".maps");
+
+/* (pod, slot) -> original destination; see struct mc_slot_key. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, MC_MAX_DSTSLOTS);
+	__type(key, struct mc_slot_key);
+	__type(value, struct mc_slot);
+} mc_dstslot SEC(".maps");
 
 #endif /* __BPF__ */
 #endif /* MESHCAP_H */

@@ -268,6 +268,7 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       notRestored: startup.failed,
       listenersRegistered: startup.listenersRegistered,
       orphansSwept: startup.orphansSwept,
+      slotsSwept: startup.slotsSwept || undefined,
       reconcileMs: startup.ms,
       metrics: http ? `${http.address.address}:${http.address.port}` : undefined,
       startupMs: Math.round(performance.now() - t0),

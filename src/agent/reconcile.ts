@@ -61,6 +61,8 @@ export interface ReconcileReport {
   /** Inbound listeners of running proxies put back into mc_listen. */
   listenersRegistered: number;
   orphansSwept: number;
+  /** Destination slots of netns that are no longer pods, swept with the orphans. */
+  slotsSwept: number;
   ms: number;
   pods: PodOutcome[];
 }
@@ -103,7 +105,7 @@ export async function reconcilePods(
 ): Promise<ReconcileReport> {
   const t0 = performance.now();
   const log = d.logger.child({ component: 'reconcile' });
-  const report: ReconcileReport = { trigger, records: 0, ok: 0, restored: 0, dropped: 0, failed: 0, listenersRegistered: 0, orphansSwept: 0, ms: 0, pods: [] };
+  const report: ReconcileReport = { trigger, records: 0, ok: 0, restored: 0, dropped: 0, failed: 0, listenersRegistered: 0, orphansSwept: 0, slotsSwept: 0, ms: 0, pods: [] };
   // One /proc scan for all pods, made lazily: only a missing listener asks for it.
   let procs: NetnsProcesses | undefined;
   const processes = () => (procs ??= netnsProcesses());
@@ -196,6 +198,9 @@ export async function reconcilePods(
       report.orphansSwept++;
     }
   }
+  // Destination slots of removed pods whose netns is gone (every pass), and
+  // at the start of every netns that is no pod (sweepSlots).
+  if (ebpf) report.slotsSwept = await ebpf.sweepSlots({ all: opts.sweepOrphans === true });
   report.ms = Math.round(performance.now() - t0);
   return report;
 }

@@ -11,7 +11,7 @@ import * as bpf from '../native/addon.js';
 import { pinLayout } from '../loader/manifest.js';
 import {
   CidrKind, MAP, MC_CIDR_KEY_BITS, MC_LISTEN_SLOTS, MC_PORT_RANGES, PodFlag, PortKind,
-  mcCidrKey, mcListenKey, mcPod, mcPortKey, mcPortRange, mcPortRangeKey, u64Key, type McPod,
+  mcCidrKey, mcListenKey, mcPod, mcPortKey, mcPortRange, mcPortRangeKey, mcSlot, mcSlotKey, u64Key, type McPod, type McSlot,
 } from '../maps/layout.js';
 import { parseAddr } from '../redirect/cidr.js';
 import type { Flow } from './explain.js';
@@ -32,6 +32,8 @@ export interface PodMapReader {
   /** LPM lookup of one address (4 or 16 bytes) in the CIDR kind (v4 kind; +2 for v6). */
   cidrMatch(netns: bigint, addr: Buffer, kind4: number): boolean;
   hasListener(netns: bigint, port: number, family: 4 | 6): boolean;
+  /** The pod's destination slot (low 24 bits of 127.x.y.z), null when free. */
+  slot(netns: bigint, slot: number): McSlot | null;
 }
 
 const DNS_PORT = 53;
@@ -43,8 +45,9 @@ export class PinnedPodMaps implements PodMapReader {
   constructor(pinRoot: string) {
     const dir = pinLayout(pinRoot).maps;
     try {
-      for (const name of [MAP.pods, MAP.ports, MAP.portranges, MAP.cidrs, MAP.listen]) {
-        if (name === MAP.portranges && !existsSync(path.join(dir, name))) continue; // an older datapath: no ranges
+      for (const name of [MAP.pods, MAP.ports, MAP.portranges, MAP.cidrs, MAP.listen, MAP.dstslot]) {
+        // an older datapath: no ranges, no slots
+        if ((name === MAP.portranges || name === MAP.dstslot) && !existsSync(path.join(dir, name))) continue;
         this.fds.set(name, bpf.objGet(path.join(dir, name)));
       }
     } catch (e) {
@@ -94,24 +97,69 @@ export class PinnedPodMaps implements PodMapReader {
     }
     return false;
   }
+
+  slot(netns: bigint, slot: number): McSlot | null {
+    if (!this.fds.has(MAP.dstslot)) return null;
+    const v = bpf.mapLookup(this.fd(MAP.dstslot), mcSlotKey.encode({ netns, slot, pad: 0 }), mcSlot.size);
+    return v ? mcSlot.decode(v) : null;
+  }
 }
 
 /**
+ * The candidate slots of an IPv4 destination, in probe order, as
+ * mc_slot_hash4 and mc_slot_of4 in bpf/ compute them (probe 0 is also the
+ * address the version before slots picked); reserved ones (127.0.0.0,
+ * 127.0.0.1, 127.0.0.6, 127.255.255.255) are skipped, as the programs skip
+ * them.
+ */
+export const MC_SLOT_PROBES = 4;
+export function slotCandidates4(addr: Buffer, port: number): number[] {
+  const out: number[] = [];
+  for (let probe = 0; probe < MC_SLOT_PROBES; probe++) {
+    let x = (addr.readUInt32BE(0) ^ ((port << 16) | port)) >>> 0;
+    x = (x + Math.imul(probe, 0x632be5ab)) >>> 0;
+    x = Math.imul(x, 0x9e3779b1) >>> 0;
+    x = (x ^ (x >>> 15)) >>> 0;
+    x = Math.imul(x, 0x85ebca77) >>> 0;
+    x = (x ^ (x >>> 13)) >>> 0;
+    x &= 0xffffff;
+    if (x === 0 || x === 1 || x === 6 || x === 0xffffff) continue;
+    out.push(x);
+  }
+  return out;
+}
+
+export const slotAddress = (slot: number): string => `127.${slot >>> 16}.${(slot >>> 8) & 255}.${slot & 255}`;
+
+/**
  * The loopback address connect4 sends an IPv4 destination to when the
- * proxy's outbound listener takes the wildcard address (mc_spread_addr4 in
- * bpf/outbound.bpf.c): one per destination and port, so each gets its own
- * ephemeral port range (docs/bench-capacity.md). A proxy bound to 127.0.0.1
- * only gets 127.0.0.1.
+ * proxy's outbound listener takes the wildcard address, for a pod whose
+ * slots are all free: the first candidate (bpf/outbound.bpf.c
+ * mc_loopback_for4). One per destination and port, so each gets its own
+ * ephemeral port range (docs/bench-capacity.md); the address names the
+ * destination (mc_dstslot). A proxy bound to 127.0.0.1 only gets 127.0.0.1.
  */
 export function spreadLoopback4(addr: Buffer, port: number): string {
-  let x = (addr.readUInt32BE(0) ^ ((port << 16) | port)) >>> 0;
-  x = Math.imul(x, 0x9e3779b1) >>> 0;
-  x = (x ^ (x >>> 15)) >>> 0;
-  x = Math.imul(x, 0x85ebca77) >>> 0;
-  x = (x ^ (x >>> 13)) >>> 0;
-  x &= 0xffffff;
-  if (x === 0 || x === 0xffffff) x = 1;
-  return `127.${x >>> 16}.${(x >>> 8) & 255}.${x & 255}`;
+  const first = slotCandidates4(addr, port)[0];
+  return first === undefined ? '127.0.0.1' : slotAddress(first);
+}
+
+/**
+ * Where the pod's next connect to this destination goes, from its slots:
+ * the slot that names it, else the first free candidate (the connect claims
+ * it), else 127.0.0.1 (every candidate names another destination).
+ */
+export function slotFor4(maps: PodMapReader, netns: bigint, addr: Buffer, port: number, to: number): { address: string; slot: 'has' | 'free' | 'none' } {
+  let free: number | undefined;
+  for (const c of slotCandidates4(addr, port)) {
+    const v = maps.slot(netns, c);
+    if (!v) {
+      free ??= c;
+      continue;
+    }
+    if (v.addr.equals(addr) && v.port === port && v.to === to) return { address: slotAddress(c), slot: 'has' };
+  }
+  return free === undefined ? { address: '127.0.0.1', slot: 'none' } : { address: slotAddress(free), slot: 'free' };
 }
 
 function isLoopback(a: { family: 4 | 6; bytes: Buffer }): boolean {
@@ -148,9 +196,15 @@ export function kernelVerdict(maps: PodMapReader, netns: bigint, flow: Flow): Ke
   const loop = dst.family === 4 ? '127.0.0.1' : '::1';
   const to = (port: number) => `${dst.family === 6 ? `[${loop}]` : loop}:${port}`;
   // IPv4 to the outbound port: the destination's own 127/8 address where the proxy listens on 0.0.0.0
-  const out = (why: string): KernelVerdict => dst.family === 6 ? { verdict: 'captured', to: to(pod.outbound_port), decidedBy: why } : {
-    verdict: 'captured', to: `${spreadLoopback4(dst.bytes, flow.port)}:${pod.outbound_port}`,
-    decidedBy: `${why}; sent to this destination's own loopback address if a listener takes it (the proxy on 0.0.0.0:${pod.outbound_port}), else to 127.0.0.1:${pod.outbound_port}`,
+  const out = (why: string): KernelVerdict => {
+    if (dst.family === 6) return { verdict: 'captured', to: to(pod.outbound_port), decidedBy: why };
+    const s = slotFor4(maps, netns, dst.bytes, flow.port, pod.outbound_port);
+    const slot = s.slot === 'has' ? `the pod's slot for ${flow.peer}:${flow.port} in ${MAP.dstslot}` :
+      s.slot === 'free' ? `a free slot the first connect claims in ${MAP.dstslot}` : `no slot (every candidate names another destination; the socket's storage carries it)`;
+    return {
+      verdict: 'captured', to: `${s.address}:${pod.outbound_port}`,
+      decidedBy: `${why}; sent to this destination's own loopback address (${slot}) if a listener takes it (the proxy on 0.0.0.0:${pod.outbound_port}), else to 127.0.0.1:${pod.outbound_port}`,
+    };
   };
   const dns = (pod.flags & PodFlag.DNS) !== 0 && flow.port === DNS_PORT;
   const local = isLoopback(dst) || isPodAddr(pod, dst);

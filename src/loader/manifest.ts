@@ -20,20 +20,17 @@ export interface ObjectSpec {
 }
 
 /**
- * Attached once at the cgroup v2 root, in this order. sockops comes before
- * outbound: an upgrade replaces one program at a time, and the new sockops
- * reads an original destination where either connect4 left it (socket
- * storage now, mc_sockorig before), so no connection made in between loses it.
+ * Attached once at the cgroup v2 root, in this order: an upgrade replaces
+ * one program at a time, so every reader of an original destination is
+ * replaced before the writer that may start leaving it somewhere new.
+ * sockops comes before outbound: it reads one where either connect4 left it
+ * (socket storage now, mc_sockorig before). getsockopt and getpeername come
+ * before outbound too: the new connect4 names a destination by a slot
+ * (mc_dstslot) that only the new readers know, so none of its connections
+ * meets an older reader.
  */
 export const NODE_OBJECTS: ObjectSpec[] = [
   { file: 'sockops.bpf.o', cgroup: [{ name: 'mc_sockops', attachType: 'CGROUP_SOCK_OPS' }] },
-  {
-    file: 'outbound.bpf.o',
-    cgroup: [
-      { name: 'mc_connect4', attachType: 'CGROUP_INET4_CONNECT' },
-      { name: 'mc_connect6', attachType: 'CGROUP_INET6_CONNECT' },
-    ],
-  },
   {
     file: 'origdst.bpf.o',
     cgroup: [{ name: 'mc_getsockopt', attachType: 'CGROUP_GETSOCKOPT' }],
@@ -58,6 +55,13 @@ export const NODE_OBJECTS: ObjectSpec[] = [
       { name: 'mc_getpeername6', attachType: 'CGROUP_INET6_GETPEERNAME' },
     ],
     optional: true,
+  },
+  {
+    file: 'outbound.bpf.o',
+    cgroup: [
+      { name: 'mc_connect4', attachType: 'CGROUP_INET4_CONNECT' },
+      { name: 'mc_connect6', attachType: 'CGROUP_INET6_CONNECT' },
+    ],
   },
 ];
 

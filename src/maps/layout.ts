@@ -126,7 +126,25 @@ export const mcListenKey = defineStruct<McListenKey>('mc_listen_key', [
   { name: 'pad', kind: 'bytes', length: 4 },
 ]);
 
-export const ALL_LAYOUTS = [mcPod, mcCidrKey, mcPortKey, mcPortRangeKey, mcPortRange, mcTuple, mcOrig, mcStats, mcListenKey];
+/**
+ * A pod's destination slot (bpf/include/meshcap.h struct mc_slot_key): the
+ * kernel's programs make them (connect4/6), the agent only removes a gone
+ * pod's. slot is the low 24 bits of the loopback address 127.x.y.z.
+ */
+export interface McSlotKey { netns: bigint; slot: number; pad?: number }
+export const mcSlotKey = defineStruct<McSlotKey>('mc_slot_key', [
+  { name: 'netns', kind: 'u64' },
+  { name: 'slot', kind: 'u32' },
+  { name: 'pad', kind: 'u32' },
+]);
+export interface McSlot { addr: Buffer; port: number; to: number }
+export const mcSlot = defineStruct<McSlot>('mc_slot', [
+  { name: 'addr', kind: 'bytes', length: 4 },
+  { name: 'port', kind: 'u16' },
+  { name: 'to', kind: 'u16' },
+]);
+
+export const ALL_LAYOUTS = [mcPod, mcCidrKey, mcPortKey, mcPortRangeKey, mcPortRange, mcTuple, mcOrig, mcStats, mcListenKey, mcSlotKey, mcSlot];
 
 /** u64 keys (netns cookie, socket cookie) as the kernel stores them. */
 export function u64Key(v: bigint): Buffer {
@@ -147,4 +165,5 @@ export const MAP = {
   skorig: 'mc_skorig',
   listen: 'mc_listen',
   dnsorig: 'mc_dnsorig',
+  dstslot: 'mc_dstslot',
 } as const;

@@ -71,11 +71,12 @@ export class PodMaps {
   constructor(readonly mapsDir: string) {
     const dir = mapsDir;
     try {
-      for (const name of [MAP.pods, MAP.cidrs, MAP.ports, MAP.portranges, MAP.stats] as MapName[]) {
-        // mc_portranges came later: a datapath pinned by an older meshcap has
-        // none, and status, uninstall and DEL must still work on it (a load
-        // of this version adds it; a pod with ranges is refused until then)
-        if (name === MAP.portranges && !existsSync(path.join(dir, name))) continue;
+      for (const name of [MAP.pods, MAP.cidrs, MAP.ports, MAP.portranges, MAP.stats, MAP.dstslot] as MapName[]) {
+        // mc_portranges and mc_dstslot came later: a datapath pinned by an
+        // older meshcap has none, and status, uninstall and DEL must still
+        // work on it (a load of this version adds them; a pod with ranges is
+        // refused until then)
+        if ((name === MAP.portranges || name === MAP.dstslot) && !existsSync(path.join(dir, name))) continue;
         const fd = bpf.objGet(path.join(dir, name));
         this.fds.set(name, fd);
         const info = bpf.mapInfo(fd);
@@ -218,7 +219,39 @@ export class PodMaps {
       index.get(m)!.delete(netns);
     }
     if (bpf.mapDelete(this.fd(MAP.stats), u64Key(netns))) n++;
+    // Its destination slots stay: they answer for its connections as long
+    // as its netns lives (EbpfBackend.sweepSlots).
     return n;
+  }
+
+  /**
+   * Removes the destination slots (mc_dstslot, made by the programs) of the
+   * cookies `gone` says; returns how many. One read of the map: slots are
+   * the kernel's, so no index of them is kept here.
+   */
+  removeSlots(gone: (cookie: bigint) => boolean): number {
+    const fd = this.fds.get(MAP.dstslot);
+    if (fd === undefined) return 0;
+    const e = bpf.mapEntries(fd);
+    const keys: Buffer[] = [];
+    for (let i = 0; i < e.count; i++) {
+      if (gone(e.keys.readBigUInt64LE(i * e.keySize))) keys.push(e.keys.subarray(i * e.keySize, (i + 1) * e.keySize));
+    }
+    if (keys.length === 0) return 0;
+    return keys.length === 1 ? (bpf.mapDelete(fd, keys[0]!) ? 1 : 0) : bpf.mapDeleteBatch(fd, keys);
+  }
+
+  /** The pod's destination slots: slot (low 24 bits of 127.x.y.z) -> the mc_slot value. */
+  slotsOf(netns: bigint): Map<number, Buffer> {
+    const out = new Map<number, Buffer>();
+    const fd = this.fds.get(MAP.dstslot);
+    if (fd === undefined) return out;
+    const e = bpf.mapEntries(fd);
+    for (let i = 0; i < e.count; i++) {
+      if (e.keys.readBigUInt64LE(i * e.keySize) !== netns) continue;
+      out.set(e.keys.readUInt32LE(i * e.keySize + 8), Buffer.from(e.values.subarray(i * e.valueSize, (i + 1) * e.valueSize)));
+    }
+    return out;
   }
 
   /**

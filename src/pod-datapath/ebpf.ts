@@ -38,6 +38,14 @@ export class EbpfBackend implements PodBackend {
   private readonly maps: PodMaps;
   /** Loaded, unattached inbound programs; undefined without the option. */
   readonly inboundPool: InboundPool | undefined;
+  /**
+   * Pods removed whose destination slots (mc_dstslot) are still there, with
+   * their netns path where known: a slot names the original destination of
+   * the pod's connections for as long as they live, as conntrack answers
+   * for a connection after the rules are gone, so it goes with the netns,
+   * not with the pod's entry (sweepSlots).
+   */
+  private readonly removedSlots = new Map<bigint, string | null>();
 
   /** Opens the pinned maps under pinRoot; throws, naming `meshcap load`, when the datapath is not loaded. */
   constructor(readonly pinRoot: string, opts: EbpfBackendOptions = {}) {
@@ -74,10 +82,10 @@ export class EbpfBackend implements PodBackend {
     return netns;
   }
 
-  async unregister(_p: PodSetup, cookie: bigint | null): Promise<RemoveOutcome> {
+  async unregister(p: PodSetup, cookie: bigint | null): Promise<RemoveOutcome> {
     // Keyed by cookie: works without the netns (the sk_lookup link is defunct then).
     if (cookie === null) throw new Error('eBPF record without a netns cookie');
-    this.remove(cookie);
+    this.remove(cookie, p.netns);
     return 'removed';
   }
 
@@ -116,10 +124,41 @@ export class EbpfBackend implements PodBackend {
     return shown;
   }
 
-  /** Removes everything of the pod by its cookie; returns the number of map entries removed. */
-  remove(netns: bigint): number {
+  /**
+   * Removes everything of the pod by its cookie but its destination slots,
+   * which sweepSlots removes once its netns (at netnsPath) is gone; returns
+   * the number of map entries removed.
+   */
+  remove(netns: bigint, netnsPath?: string): number {
     detachPodInbound(this.pinRoot, netns);
+    this.removedSlots.set(netns, netnsPath ?? null);
     return this.maps.remove(netns);
+  }
+
+  /**
+   * Removes the destination slots of removed pods whose netns is gone (no
+   * socket of it is left to ask) or, with `all` (the agent's start, before
+   * it serves), of every netns that is not a pod in mc_pods and not known
+   * to be alive; a removed pod that is a pod again keeps its slots. Returns
+   * how many slots went.
+   */
+  async sweepSlots(opts: { all?: boolean } = {}): Promise<number> {
+    const live = new Set(this.maps.pods());
+    const gone = new Set<bigint>();
+    const alive = new Set<bigint>();
+    for (const [cookie, netnsPath] of this.removedSlots) {
+      if (live.has(cookie)) this.removedSlots.delete(cookie);
+      else if (netnsPath === null || (await netnsProblem(netnsPath, cookie)) !== undefined) gone.add(cookie);
+      else alive.add(cookie);
+    }
+    const n = this.maps.removeSlots((cookie) => gone.has(cookie) || (opts.all === true && !live.has(cookie) && !alive.has(cookie)));
+    for (const cookie of gone) this.removedSlots.delete(cookie);
+    return n;
+  }
+
+  /** The pod's destination slots (slot -> mc_slot value): explain, tests. */
+  slotsOf(netns: bigint): Map<number, Buffer> {
+    return this.maps.slotsOf(netns);
   }
 
   /** The CIDR/port keys of every pod, one scan per map: for a pass over all pods (see KeySnapshot). */
@@ -166,7 +205,7 @@ export class EbpfBackend implements PodBackend {
     return this.maps.fill();
   }
 
-  /** Entries left for a netns in any per-pod map (0 after remove). */
+  /** Entries left for a netns in any per-pod map (0 after remove; its destination slots are not counted: they go with the netns, sweepSlots). */
   leftovers(netns: bigint): number {
     return (this.maps.pod(netns) ? 1 : 0) + (this.maps.stats(netns) ? 1 : 0) +
       this.maps.keysOf('mc_cidrs', netns).length + this.maps.keysOf('mc_ports', netns).length + this.maps.keysOf('mc_portranges', netns).length +

@@ -1,5 +1,10 @@
 // The in-flight LRU maps under a connection storm (issue 15, part 7; figures
-// in docs/reliability.md). A connect redirected to the sidecar carries its
+// in docs/reliability.md). Since destination slots (docs/datapath.md), a
+// connection to a sidecar on 0.0.0.0 (Envoy's way) carries nothing: its
+// address names its destination, which the first storm checks; the LRU
+// path is what a connection without a slot takes (a sidecar bound to
+// 127.0.0.1, as linkerd2-proxy is; IPv6), which the sidecars of the other
+// cases are. A connect redirected that way to the sidecar carries its
 // original destination through two LRU maps (mc_sockorig: socket cookie,
 // connect -> TCP_CONNECT_CB; mc_origdst: tuple, -> the proxy's
 // PASSIVE_ESTABLISHED_CB; sized at load, docs/datapath.md "Map sizes and
@@ -114,21 +119,33 @@ describeEbpf('the in-flight LRU maps under a connection storm through one pod', 
 
   afterAll(() => endAgentRun({ agent, lab, pinRoot: opts.pinRoot, tmp }));
 
-  it(`a ${SECONDS} s storm: every connection reaches the sidecar with its own original destination`, async () => {
-    const sc = await sidecar();
-    const before = await counters();
-    const r = await storm();
-    const s = await sc.stop();
-    const after = await counters();
-    console.log(`[ebpf] storm ${SECONDS} s, 2 threads, empty LRU: ${r.connections} connections (${r.perSecond}/s), ${r.ok} ok, ${r.misrouted} misrouted, ${r.reset} reset, ` +
-      `${r.connectErrors} connect errors ${r.firstErrno}; sidecar: ${JSON.stringify(s)}; redirected +${after.redirected - before.redirected}, answered +${after.answered - before.answered}; ` +
-      `left in ${MAP.origdst}: ${entries(MAP.origdst).length}, ${MAP.sockorig}: ${entries(MAP.sockorig).length}`);
-    expect(r.connections).toBeGreaterThan(1000);
-    expect(r.misrouted + s.misrouted).toBe(0);
-    expect(r.reset + r.connectErrors + s.origdstFailed).toBe(0);
-    expect(r.ok).toBe(r.connections);
-    expect(after.redirected - before.redirected - (after.answered - before.answered)).toBe(0);
-  }, scaled(120_000));
+  for (const [bind, carrier] of [['0.0.0.0', 'slots'], ['127.0.0.1', 'in-flight LRU']] as const) {
+    it(`a ${SECONDS} s storm, sidecar on ${bind} (${carrier}): every connection reaches the sidecar with its own original destination`, async () => {
+      const sc = await sidecar(['--bind', bind]);
+      const podSlots = () => entries(MAP.dstslot).filter((k) => k.readBigUInt64LE(0) === cookie).length;
+      const slotsBefore = podSlots();
+      const before = await counters();
+      const r = await storm();
+      const s = await sc.stop();
+      const after = await counters();
+      const slots = podSlots();
+      console.log(`[ebpf] storm ${SECONDS} s, 2 threads, sidecar on ${bind}, empty LRU: ${r.connections} connections (${r.perSecond}/s), ${r.ok} ok, ${r.misrouted} misrouted, ${r.reset} reset, ` +
+        `${r.connectErrors} connect errors ${r.firstErrno}; sidecar: ${JSON.stringify(s)}; redirected +${after.redirected - before.redirected}, answered +${after.answered - before.answered}; ` +
+        `left in ${MAP.origdst}: ${entries(MAP.origdst).length}, ${MAP.sockorig}: ${entries(MAP.sockorig).length}; the pod's slots: ${slots}`);
+      expect(r.connections).toBeGreaterThan(1000);
+      expect(r.misrouted + s.misrouted).toBe(0);
+      expect(r.reset + r.connectErrors + s.origdstFailed).toBe(0);
+      expect(r.ok).toBe(r.connections);
+      expect(after.redirected - before.redirected - (after.answered - before.answered)).toBe(0);
+      if (bind === '0.0.0.0') {
+        // one destination: one slot, used by every connection; nothing carried in flight
+        expect(slots).toBe(1);
+        expect(entries(MAP.origdst).length).toBe(0);
+      } else {
+        expect(slots, 'a sidecar on 127.0.0.1 only gets no slots').toBe(slotsBefore);
+      }
+    }, scaled(120_000));
+  }
 
   it('the same storm with both LRU maps full of stale entries: the stale ones are evicted, not the live ones', async () => {
     // stale: the tuples and cookies of a netns that is not there
@@ -145,7 +162,7 @@ describeEbpf('the in-flight LRU maps under a connection storm through one pod', 
       });
     }
     const full = { origdst: entries(MAP.origdst).length, sockorig: entries(MAP.sockorig).length };
-    const sc = await sidecar();
+    const sc = await sidecar(['--bind', '127.0.0.1']);
     const before = await counters();
     const r = await storm();
     const s = await sc.stop();
@@ -168,7 +185,8 @@ describeEbpf('the in-flight LRU maps under a connection storm through one pod', 
 
   it('original destinations lost in flight (as an eviction loses them): each such connection fails at the proxy, none is misrouted, the metrics show how many', async () => {
     const N = 40;
-    const sc = await sidecar();
+    // on 127.0.0.1: the connections without a slot, the ones that carry their destination in flight
+    const sc = await sidecar(['--bind', '127.0.0.1']);
     // the SYNs to the sidecar dropped for a moment: every handshake waits
     // (SYN retransmitted after 1 s) with its entry in mc_origdst
     const drop = ['INPUT', '-p', 'tcp', '--dport', '15001', '-j', 'DROP'];
