@@ -145,7 +145,7 @@ export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | nu
   };
   new Gauge({
     name: 'meshcap_bpf_map_entries',
-    help: 'Entries in each per-pod eBPF map (mc_pods, mc_cidrs, mc_ports, mc_stats), read at scrape time; compare with meshcap_bpf_map_max_entries',
+    help: 'Entries in each per-pod eBPF map (mc_pods, mc_cidrs, mc_ports, mc_portranges, mc_stats, mc_dstslot), read at scrape time; compare with meshcap_bpf_map_max_entries (a full mc_dstslot sends new destinations the slower way, through socket storage)',
     labelNames: ['map'] as const,
     registers: [registry],
     collect() {

@@ -119,7 +119,9 @@ export class PodMaps {
 
   /** Entries and capacity of each per-pod map (see EbpfBackend.fill). */
   fill(): { map: string; entries: number; maxEntries: number }[] {
-    return [...this.fds].map(([map, fd]) => ({ map, entries: bpf.mapKeys(fd, this.keySizes.get(map)!).length, maxEntries: bpf.mapInfo(fd).maxEntries }));
+    // mc_dstslot (up to 65,536 slots) is counted by batch reads, not a syscall per key
+    const count = (map: string, fd: number) => (map === MAP.dstslot ? bpf.mapEntries(fd).count : bpf.mapKeys(fd, this.keySizes.get(map as MapName)!).length);
+    return [...this.fds].map(([map, fd]) => ({ map, entries: count(map, fd), maxEntries: bpf.mapInfo(fd).maxEntries }));
   }
 
   /** The swept maps this datapath has (an older one has no mc_portranges). */
