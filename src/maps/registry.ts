@@ -333,6 +333,14 @@ export class PodMaps {
     return v ? mcStats.decode(v) : null;
   }
 
+  /** The cookies in mc_pods, read by batch (pods() walks key by key). */
+  podCookies(): Set<bigint> {
+    const e = bpf.mapEntries(this.fd(MAP.pods));
+    const out = new Set<bigint>();
+    for (let i = 0; i < e.count; i++) out.add(e.keys.readBigUInt64LE(i * e.keySize));
+    return out;
+  }
+
   pods(): bigint[] {
     return bpf.mapKeys(this.fd(MAP.pods), 8).map((k) => k.readBigUInt64LE(0));
   }
