@@ -460,18 +460,23 @@ int mc_connect6(struct bpf_sock_addr *ctx)
 		if (mc_is_unspecified(src))
 			mc_bind_pod6(ctx, pod, mc_is_v4mapped(dst));
 		/* REDIRECT semantics: locally generated traffic goes to 127.0.0.1 / ::1;
-		 * a v4-mapped destination stays v4-mapped. */
+		 * a v4-mapped destination stays v4-mapped. The words are decided
+		 * first and stored once, each at its own offset (barrier_var): with
+		 * a store per branch, clang 19 kept a pointer into the ctx (ctx + 8)
+		 * across the slot's calls, which the verifier refuses ("dereference
+		 * of modified ctx ptr"); clang 14 did not. */
+		__u32 w2 = 0, w3 = bpf_htonl(1);
+
 		if (mc_is_v4mapped(dst)) {
-			ctx->user_ip6[0] = 0;
-			ctx->user_ip6[1] = 0;
-			ctx->user_ip6[2] = bpf_htonl(0x0000ffff);
-			ctx->user_ip6[3] = slotted ? mc_slotted_addr4(ctx, sk, netns, pod, dst, orig.port, to, &orig) : bpf_htonl(0x7f000001);
-		} else {
-			ctx->user_ip6[0] = 0;
-			ctx->user_ip6[1] = 0;
-			ctx->user_ip6[2] = 0;
-			ctx->user_ip6[3] = bpf_htonl(1);
+			w2 = bpf_htonl(0x0000ffff);
+			w3 = slotted ? mc_slotted_addr4(ctx, sk, netns, pod, dst, orig.port, to, &orig) : bpf_htonl(0x7f000001);
 		}
+		barrier_var(w2);
+		barrier_var(w3);
+		ctx->user_ip6[0] = 0;
+		ctx->user_ip6[1] = 0;
+		ctx->user_ip6[2] = w2;
+		ctx->user_ip6[3] = w3;
 		ctx->user_port = bpf_htons(to);
 	}
 	return 1;

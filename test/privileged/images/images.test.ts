@@ -100,6 +100,30 @@ describe('meshcap image (deploy/Containerfile)', () => {
     expect(h.exitCode, h.stderr).toBe(0);
   });
 
+  it('its BPF objects, compiled by the image\'s own clang (not the host\'s), pass this kernel\'s verifier', async () => {
+    // The image compiles bpf/ with its suite's clang (trixie: 19), the host's
+    // suite with the host's (bookworm: 14); clang 19 once turned a branch's
+    // ctx stores into a pointer into the ctx the verifier refuses, and only
+    // the DaemonSet on a real node saw it (it fell back to iptables mode).
+    const out = mkdtempSync(path.join(tmpdir(), 'meshcap-image-bpf-'));
+    const pins = `/sys/fs/bpf/meshcap-test-image-${process.pid}`;
+    try {
+      const c = await run(REF.meshcap, 'sh', ['-c', 'cp /opt/meshcap/build/bpf/*.bpf.o /out/'], ['-v', `${out}:/out`]);
+      expect(c.exitCode, c.stderr).toBe(0);
+      const objects = readdirSync(out).filter((f) => f.endsWith('.bpf.o')).sort();
+      expect(objects.length).toBeGreaterThan(5);
+      for (const f of objects) {
+        rmSync(pins, { recursive: true, force: true });
+        await execa('mkdir', ['-p', pins]);
+        const l = await execa('bpftool', ['prog', 'loadall', path.join(out, f), pins], { reject: false });
+        expect(l.exitCode, `${f}: ${l.stderr.split('\n').slice(-8).join('\n')}`).toBe(0);
+      }
+    } finally {
+      rmSync(pins, { recursive: true, force: true });
+      rmSync(out, { recursive: true, force: true });
+    }
+  }, 120_000);
+
   it('meshcap-cni runs: its version without CNI_COMMAND, a CNI error JSON for a bad request', async () => {
     // the version goes to stderr, as the reference plugins print theirs
     const v = await run(REF.meshcap, '/opt/meshcap/build/bin/meshcap-cni');
