@@ -27,6 +27,11 @@ function num(table: Record<string, number>, key: string | undefined, what: strin
 }
 
 /** First verifier line that says why, for a one-line reason. */
+/** A load that reached the verifier leaves its walk in the log (libbpf's own lines aside). */
+export function hasVerifierLog(log: string | undefined): boolean {
+  return !!log && log.split('\n').some((l) => l.trim() !== '' && !l.trim().startsWith('libbpf:'));
+}
+
 export function verifierReason(log: string | undefined, fallback: string): string {
   if (!log) return fallback;
   // The verifier's own sentence, not libbpf's summary around it.
@@ -65,7 +70,11 @@ async function trialLoadObjects(): Promise<FeatureResult & { failures: string[] 
     } catch (e) {
       const err = e as bpf.NativeError;
       failures.push(`${file}: ${verifierReason(err.log, err.message)}`);
-      if (!refused(err.code)) refusedAll = false;
+      // The verifier rejects a program with EACCES too: a load with a
+      // verifier log was read and refused (the object does not fit this
+      // kernel), not refused for permission. Before, such a rejection read
+      // "not permitted to the agent ... give it the capabilities".
+      if (!refused(err.code) || hasVerifierLog(err.log)) refusedAll = false;
     } finally {
       obj?.close();
     }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { verifierReason } from '../../../src/loader/probe.js';
+import { hasVerifierLog, verifierReason } from '../../../src/loader/probe.js';
 
 // Shaped like a real libbpf log of a refused program (from this kernel).
 const LOG = `libbpf: prog 'mc_connect6': BPF program load failed: Permission denied
@@ -23,5 +23,18 @@ describe('verifierReason', () => {
   });
   it('falls back when there is no log', () => {
     expect(verifierReason(undefined, 'no log')).toBe('no log');
+  });
+});
+
+describe('hasVerifierLog', () => {
+  // The verifier refuses with EACCES, as a missing capability does: only the
+  // log tells a rejected program from a refused load (the probe's "not permitted").
+  it('a verifier walk: a rejection, not a permission refusal', () => {
+    expect(hasVerifierLog(LOG)).toBe(true);
+  });
+  it('no log, or libbpf\'s lines only: the load never reached the verifier', () => {
+    expect(hasVerifierLog(undefined)).toBe(false);
+    expect(hasVerifierLog('')).toBe(false);
+    expect(hasVerifierLog("libbpf: prog 'mc_connect4': BPF program load failed: Operation not permitted\nlibbpf: prog 'mc_connect4': failed to load: -1\n")).toBe(false);
   });
 });
