@@ -127,9 +127,30 @@ export function effectiveMapSizes(mapsDir: string, requested: MapSizes): MapSize
  */
 export async function loadDatapath(opts: { pinRoot: string; objectDir?: string; mapSizes?: Partial<MapSizes> }): Promise<LoadResult> {
   await ensureBpffs();
+  const L = pinLayout(opts.pinRoot);
+  // Nothing of a datapath under the pin root yet: a load that fails part way
+  // takes back what it pinned and attached (programs at the cgroup root with
+  // no datapath behind them), instead of leaving them for an uninstall. A
+  // load over an existing datapath leaves it as it is: it keeps running.
+  const empty = (d: string) => !existsSync(d) || readdirSync(d).length === 0;
+  const fresh = [L.maps, L.links, L.pods, L.progs].every(empty);
+  try {
+    return await loadInto(opts, L);
+  } catch (e) {
+    if (fresh) {
+      try {
+        uninstallDatapath(opts.pinRoot);
+      } catch {
+        // the load's own error is the one to report
+      }
+    }
+    throw e;
+  }
+}
+
+async function loadInto(opts: { pinRoot: string; objectDir?: string; mapSizes?: Partial<MapSizes> }, L: ReturnType<typeof pinLayout>): Promise<LoadResult> {
   const cgroup = cgroup2OrThrow();
   const cgroupId = BigInt(statSync(cgroup).ino);
-  const L = pinLayout(opts.pinRoot);
   for (const d of [L.root, L.maps, L.links, L.pods]) mkdirSync(d, { recursive: true });
 
   const links: LinkState[] = [];

@@ -4,7 +4,7 @@
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import { describeEbpf } from '../../helpers/datapaths.js';
 import { execa } from 'execa';
-import { cpSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { ForeignPinError, loadDatapath, uninstallDatapath } from '../../../src/loader/datapath.js';
@@ -129,6 +129,30 @@ describeEbpf('datapath loader', () => {
     expect((await cgroupProgs()).filter((p) => ids.has(p.id))).toEqual([]);
     const linkIds = new Set(r.links.map((l) => l.linkId));
     expect((await links()).filter((l) => linkIds.has(l.id))).toEqual([]);
+  });
+
+  it('a first load that fails part way takes back what it pinned and attached; a failed load over a datapath leaves it running', async () => {
+    // outbound.bpf.o is loaded last: every other node object is attached by then
+    const broken = mkdtempSync(path.join(os.tmpdir(), 'meshcap-broken-'));
+    try {
+      cpSync(bpfObjectDir, broken, { recursive: true });
+      writeFileSync(path.join(broken, 'outbound.bpf.o'), 'not an ELF object');
+      const before = (await cgroupProgs()).map((p) => p.id).sort();
+      const root = newRoot();
+      await expect(loadDatapath({ pinRoot: root, objectDir: broken })).rejects.toThrow(/outbound\.bpf\.o/);
+      expect(existsSync(root), `${root} left behind`).toBe(false);
+      expect((await cgroupProgs()).map((p) => p.id).sort(), 'programs left attached at the cgroup root').toEqual(before);
+
+      // over a running datapath: nothing is taken back
+      const live = newRoot();
+      const r = await loadDatapath({ pinRoot: live });
+      await expect(loadDatapath({ pinRoot: live, objectDir: broken })).rejects.toThrow(/outbound\.bpf\.o/);
+      expect(readdirSync(path.join(live, 'links')).sort()).toEqual(EXPECTED);
+      const ids = new Set((await cgroupProgs()).map((p) => p.id));
+      for (const l of r.links) expect(ids.has(l.progId), l.name).toBe(true);
+    } finally {
+      rmSync(broken, { recursive: true, force: true });
+    }
   });
 
   it('uninstall leaves a pin it did not make and says so', async () => {
