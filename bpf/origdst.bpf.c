@@ -190,9 +190,12 @@ int mc_getsockopt(struct bpf_sockopt *ctx)
 	o = bpf_sk_storage_get(&mc_skorig, sk, 0, 0);
 	if (o) {
 		netns = o->netns;
-	} else if (mc_slotted(sk, (netns = bpf_get_netns_cookie(ctx)), &local)) {
-		o = &local;
 	} else {
+		netns = bpf_get_netns_cookie(ctx);
+		if (mc_slotted(sk, netns, &local))
+			o = &local;
+	}
+	if (!o) {
 		pod = mc_pod_of(netns);
 		if (!pod)
 			return mc_pass(ctx);

@@ -5,6 +5,7 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import * as bpf from '../native/addon.js';
+import type { MapEntries } from '../native/addon.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { MAP, mcPod, mcStats, u64Key, type McPod, type McStats } from './layout.js';
 import { CookieMap, hexKeysByCookie, packedKeysByCookie, valuesByCookie } from './cookie-map.js';
@@ -227,31 +228,31 @@ export class PodMaps {
   }
 
   /**
-   * Removes the destination slots (mc_dstslot, made by the programs) of the
-   * cookies `gone` says; returns how many. One read of the map: slots are
-   * the kernel's, so no index of them is kept here.
+   * mc_dstslot read whole (one batch read; null on a datapath older than
+   * slots). Slots are the kernel's, so no index of them is kept here.
    */
-  removeSlots(gone: (cookie: bigint) => boolean): number {
+  slotEntries(): MapEntries | null {
     const fd = this.fds.get(MAP.dstslot);
-    if (fd === undefined) return 0;
-    const e = bpf.mapEntries(fd);
+    return fd === undefined ? null : bpf.mapEntries(fd);
+  }
+
+  /** Removes the destination slots of the cookies `gone` says, from a read of the map (slotEntries); returns how many. */
+  removeSlots(gone: (cookie: bigint) => boolean, e = this.slotEntries()): number {
+    if (!e) return 0;
     const keys: Buffer[] = [];
     for (let i = 0; i < e.count; i++) {
       if (gone(e.keys.readBigUInt64LE(i * e.keySize))) keys.push(e.keys.subarray(i * e.keySize, (i + 1) * e.keySize));
     }
-    if (keys.length === 0) return 0;
-    return keys.length === 1 ? (bpf.mapDelete(fd, keys[0]!) ? 1 : 0) : bpf.mapDeleteBatch(fd, keys);
+    return this.deleteKeys(MAP.dstslot, keys);
   }
 
-  /** The pod's destination slots: slot (low 24 bits of 127.x.y.z) -> the mc_slot value. */
+  /** The pod's destination slots: slot (low 24 bits of 127.x.y.z) -> the mc_slot value (tests). */
   slotsOf(netns: bigint): Map<number, Buffer> {
     const out = new Map<number, Buffer>();
-    const fd = this.fds.get(MAP.dstslot);
-    if (fd === undefined) return out;
-    const e = bpf.mapEntries(fd);
-    for (let i = 0; i < e.count; i++) {
-      if (e.keys.readBigUInt64LE(i * e.keySize) !== netns) continue;
-      out.set(e.keys.readUInt32LE(i * e.keySize + 8), Buffer.from(e.values.subarray(i * e.valueSize, (i + 1) * e.valueSize)));
+    const e = this.slotEntries();
+    for (let i = 0; i < (e?.count ?? 0); i++) {
+      if (e!.keys.readBigUInt64LE(i * e!.keySize) !== netns) continue;
+      out.set(e!.keys.readUInt32LE(i * e!.keySize + 8), Buffer.from(e!.values.subarray(i * e!.valueSize, (i + 1) * e!.valueSize)));
     }
     return out;
   }
@@ -333,12 +334,9 @@ export class PodMaps {
     return v ? mcStats.decode(v) : null;
   }
 
-  /** The cookies in mc_pods, read by batch (pods() walks key by key). */
-  podCookies(): Set<bigint> {
-    const e = bpf.mapEntries(this.fd(MAP.pods));
-    const out = new Set<bigint>();
-    for (let i = 0; i < e.count; i++) out.add(e.keys.readBigUInt64LE(i * e.keySize));
-    return out;
+  /** mc_pods by cookie, read by batch (pods() walks key by key). */
+  podsByCookie(): CookieMap<Buffer> {
+    return valuesByCookie(bpf.mapEntries(this.fd(MAP.pods)));
   }
 
   pods(): bigint[] {

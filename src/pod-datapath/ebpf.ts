@@ -146,20 +146,25 @@ export class EbpfBackend implements PodBackend {
     // A self-check pass with no pod removed since the last costs nothing
     // (at 10,000 pods a read of mc_pods would cost every pass).
     if (!opts.all && this.removedSlots.size === 0) return 0;
+    const e = this.maps.slotEntries();
+    const withSlots = new Set<bigint>();
+    for (let i = 0; i < (e?.count ?? 0); i++) withSlots.add(e!.keys.readBigUInt64LE(i * e!.keySize));
     const gone = new Set<bigint>();
     const alive = new Set<bigint>();
     for (const [cookie, netnsPath] of this.removedSlots) {
-      if (this.maps.pod(cookie)) this.removedSlots.delete(cookie);
+      // no slots (it made no connection, or they went): nothing to wait for;
+      // a pod again keeps its own
+      if (!withSlots.has(cookie) || this.maps.pod(cookie)) this.removedSlots.delete(cookie);
       else if (netnsPath === null || (await netnsProblem(netnsPath, cookie)) !== undefined) gone.add(cookie);
       else alive.add(cookie);
     }
-    const live = opts.all ? this.maps.podCookies() : undefined;
-    const n = this.maps.removeSlots((cookie) => gone.has(cookie) || (live !== undefined && !live.has(cookie) && !alive.has(cookie)));
+    const live = opts.all ? this.maps.podsByCookie() : undefined;
+    const n = this.maps.removeSlots((cookie) => gone.has(cookie) || (live !== undefined && !live.has(cookie) && !alive.has(cookie)), e);
     for (const cookie of gone) this.removedSlots.delete(cookie);
     return n;
   }
 
-  /** The pod's destination slots (slot -> mc_slot value): explain, tests. */
+  /** The pod's destination slots (slot -> mc_slot value), for tests. */
   slotsOf(netns: bigint): Map<number, Buffer> {
     return this.maps.slotsOf(netns);
   }
