@@ -16,7 +16,7 @@ import { podToCaptureConfig } from '../../src/redirect/pod.js';
 import type { Leg, Mode } from './matrix.js';
 import { load, tcpOutSegs, type Cpus } from './run.js';
 
-type Kind = 'plain' | 'iptables' | 'ebpf';
+type Kind = 'plain' | 'podsrc' | 'iptables' | 'ebpf';
 const kindOf = (m: Mode): Kind => (m === 'noproxy' || m === 'direct' ? 'plain' : m);
 
 export const PROXY_UID = 1337;
@@ -71,6 +71,7 @@ export async function makeCells(s: CellsSetup): Promise<Cell[]> {
   for (const leg of s.legs) {
     for (const kind of kinds) {
       if (leg === 'echo' && kind === 'plain' && !s.modes.includes('direct')) continue;
+      if (kind === 'podsrc' && !s.modes.includes('podsrc')) continue;
       k++;
       const ns = await lab.netns(`${leg}-${kind}`);
       await lab.link(ns.name, srv.name, { a4: [`198.18.${k}.2/24`], b4: [`198.18.${k}.1/24`] });
@@ -82,6 +83,7 @@ export async function makeCells(s: CellsSetup): Promise<Cell[]> {
       // The capture before the proxy starts, as in a cluster (the CNI ADD precedes the containers):
       // in eBPF mode sockops then sees the proxy's listen() (mc_listen).
       const config = istioPodConfig(`198.18.${k}.2`);
+      if (kind === 'podsrc') await podSource(lab, ns.name, `198.18.${k}.2`);
       if (kind === 'iptables') await applyCapture(ns.path, config, { lockDir: path.join(s.tmp, 'xtables'), logger: s.log });
       if (kind === 'ebpf') {
         if (!s.ebpf) throw new Error('an eBPF cell without the eBPF datapath loaded');
@@ -93,7 +95,7 @@ export async function makeCells(s: CellsSetup): Promise<Cell[]> {
         await proxy.waitFor(/"event":"ready"/, 5000);
         pod = { ns: ns.name, svc, proxy };
       } else {
-        const h = haproxyConfig(s.tmp, k, kind === 'plain' ? `${svc.host}:${svc.port}` : '0.0.0.0:0');
+        const h = haproxyConfig(s.tmp, k, kind === 'plain' || kind === 'podsrc' ? `${svc.host}:${svc.port}` : '0.0.0.0:0');
         const proxy = lab.start(`haproxy-${leg}-${kind}`, ns.name, ['haproxy', '-db', '-f', h.file], { uid: PROXY_UID, cpu: cpus.proxy });
         await waitListening(lab, ns.name, 15001, proxy);
         pod = { ns: ns.name, svc, proxy, sock: h.sock };
@@ -109,10 +111,22 @@ export async function makeCells(s: CellsSetup): Promise<Cell[]> {
       if (mode === 'noproxy' && leg === 'echo') continue; // on the echo leg the proxy is the service
       const pod = pods.get(`${leg}/${kindOf(mode)}`);
       if (!pod) throw new Error(`no pod for ${leg}/${mode}`);
-      cells.push({ leg, mode, pod, target: mode === 'direct' ? { host: '127.0.0.1', port: 15001 } : pod.svc });
+      cells.push({ leg, mode, pod, target: mode === 'direct' || mode === 'podsrc' ? { host: '127.0.0.1', port: 15001 } : pod.svc });
     }
   }
   return cells;
+}
+
+/**
+ * podsrc: the app's connections to 127.0.0.1 leave from the pod's address,
+ * as under REDIRECT or meshcap's bind, with no bind() of the app's (two
+ * syscalls per connection the other modes do not make): the local route of
+ * 127.0.0.1 gets the pod's address as its preferred source.
+ */
+async function podSource(lab: Lab, ns: string, podIP: string): Promise<void> {
+  await execa('ip', lab.argv(ns, ['ip', 'route', 'replace', 'local', '127.0.0.1', 'dev', 'lo', 'table', 'local', 'proto', 'kernel', 'scope', 'host', 'src', podIP]));
+  const { stdout } = await execa('ip', lab.argv(ns, ['ip', '-4', 'route', 'get', '127.0.0.1']));
+  if (!stdout.includes(`src ${podIP}`)) throw new Error(`podsrc: the route to 127.0.0.1 in ${ns} does not leave from ${podIP}: ${stdout.trim()}`);
 }
 
 /** Check every cell carries traffic the way its name says; records its TCP segments per exchange. */
@@ -124,7 +138,7 @@ export async function verifyCells(cells: Cell[], lab: Lab, cpus: Cpus, bin: stri
     const through = after.accepted - before.accepted;
     const want = cell.mode === 'noproxy' ? 0 : r.connects;
     if (through !== want) throw new Error(`${cell.leg}/${cell.mode}: ${r.connects} connects, the proxy accepted ${through} (expected ${want}): the traffic does not take the path this mode names`);
-    if (cell.leg === 'echo' && cell.mode !== 'direct' && (after.origdst ?? 0) - (before.origdst ?? 0) !== r.connects) {
+    if (cell.leg === 'echo' && cell.mode !== 'direct' && cell.mode !== 'podsrc' && (after.origdst ?? 0) - (before.origdst ?? 0) !== r.connects) {
       throw new Error(`${cell.leg}/${cell.mode}: SO_ORIGINAL_DST answered ${(after.origdst ?? 0) - (before.origdst ?? 0)} of ${r.connects} accepted connections`);
     }
     const segs0 = await tcpOutSegs(lab, cell.pod.ns);

@@ -4,6 +4,8 @@
 //
 //   noproxy      the app connects straight to the service (whole path only)
 //   direct       the app connects to the proxy's address itself: the floor
+//   podsrc       the same from the pod's address, as every redirect that keeps
+//                it (REDIRECT, meshcap's bind) does: the floor of such a redirect
 //   iptables     Istio's rules from src/fallback-iptables in the pod netns
 //   ebpf         meshcap's eBPF datapath
 //
@@ -17,7 +19,7 @@
 // ratios are medians of per-round paired ratios. docs/bench-datapath.md.
 //
 //   node --import ./bench/lib/ts.mjs bench/datapath/main.ts [--rounds 5] [--seconds 0.5] [--quick]
-//        [--tests rr1,rr100,crr,stream] [--legs echo,full] [--modes noproxy,direct,iptables,ebpf]
+//        [--tests rr1,rr100,crr,stream] [--legs echo,full] [--modes noproxy,direct,podsrc,iptables,ebpf]
 //        [--cpus APP,PROXY,SERVER (CPU numbers or any)] [--profile TEST] [--bpf-stats TEST] [--objects DIR]
 //        [--json FILE] [--plot FILE.png (and FILE-latency.svg)]
 //   ... bench/datapath/main.ts --plot-only FILE.json --plot FILE.png

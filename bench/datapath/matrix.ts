@@ -9,8 +9,14 @@ export const TESTS = {
 } as const;
 export type TestName = keyof typeof TESTS;
 
-/** noproxy: straight to the service; direct: to the proxy's own address (the floor); iptables: Istio's rules; ebpf: meshcap's datapath. */
-export const MODES = ['noproxy', 'direct', 'iptables', 'ebpf'] as const;
+/**
+ * noproxy: straight to the service; direct: to the proxy's own address (the
+ * floor); podsrc: the same from the pod's address, the shape every redirect
+ * that keeps the pod's address gives (REDIRECT, meshcap's bind), whose
+ * replies the kernel routes without its route cache; iptables: Istio's rules;
+ * ebpf: meshcap's datapath.
+ */
+export const MODES = ['noproxy', 'direct', 'podsrc', 'iptables', 'ebpf'] as const;
 export type Mode = (typeof MODES)[number];
 
 export const LEGS = {

@@ -29,6 +29,8 @@ export interface Summary {
   vsDirect: Ratio | null;
   vsIptables: Ratio | null;
   vsNoproxy: Ratio | null;
+  /** to podsrc, the floor of a redirect that keeps the pod's address (matrix.ts) */
+  vsPodsrc?: Ratio | null;
   /**
    * µs per operation above direct: per round 1e6/rate − 1e6/rate(direct),
    * paired; mc-bench-load is one thread doing one operation at a time, so
@@ -105,7 +107,7 @@ export function summarize(results: RoundResult[]): Summary[] {
       unit: first.test === 'stream' ? 'Gbit/s' : 'ops/s',
       rate: median(rates), rateMin: Math.min(...rates), rateMax: Math.max(...rates),
       p50us: median(rs.map((r) => r.p50us)), p99us: median(rs.map((r) => r.p99us)),
-      vsDirect: ratio('direct'), vsIptables: ratio('iptables'), vsNoproxy: ratio('noproxy'),
+      vsDirect: ratio('direct'), vsIptables: ratio('iptables'), vsNoproxy: ratio('noproxy'), vsPodsrc: ratio('podsrc'),
       overDirectUs: over.length ? { median: median(over), min: Math.min(...over), max: Math.max(...over) } : null,
       overDirectP50Us: overP50.length ? { median: median(overP50), min: Math.min(...overP50), max: Math.max(...overP50) } : null,
       cdfUs,
@@ -125,8 +127,9 @@ export function table(summary: Summary[], legs: Leg[], tests: TestName[], modes:
       const rows = modes.flatMap((m) => summary.filter((s) => s.leg === leg && s.testName === t && s.mode === m));
       if (!rows.length) continue;
       const stream = rows[0]!.test === 'stream';
+      const podsrc = rows.some((s) => s.mode === 'podsrc');
       lines.push(`-- ${TESTS[t].label}`);
-      lines.push(`${'mode'.padEnd(12)} ${(stream ? 'Gbit/s' : 'ops/s').padStart(9)} ${'spread'.padStart(7)} ${'p50 µs'.padStart(8)} ${'p99 µs'.padStart(8)} ${'×direct'.padStart(8)} ${'×iptables'.padStart(9)} ${'µs/op>direct'.padStart(12)} ${'p50>direct'.padStart(10)}`);
+      lines.push(`${'mode'.padEnd(12)} ${(stream ? 'Gbit/s' : 'ops/s').padStart(9)} ${'spread'.padStart(7)} ${'p50 µs'.padStart(8)} ${'p99 µs'.padStart(8)} ${'×direct'.padStart(8)}${podsrc ? ` ${'×podsrc'.padStart(8)}` : ''} ${'×iptables'.padStart(9)} ${'µs/op>direct'.padStart(12)} ${'p50>direct'.padStart(10)}`);
       for (const s of rows) {
         const spread = s.rate ? `±${(((s.rateMax - s.rateMin) / 2 / s.rate) * 100).toFixed(1)}%` : '-';
         lines.push([
@@ -136,6 +139,7 @@ export function table(summary: Summary[], legs: Leg[], tests: TestName[], modes:
           (stream ? '-' : f(s.p50us, 1)).padStart(8),
           (stream ? '-' : f(s.p99us, 1)).padStart(8),
           r(s.vsDirect).padStart(8),
+          ...(podsrc ? [r(s.vsPodsrc ?? null).padStart(8)] : []),
           r(s.vsIptables).padStart(9),
           plus(s.mode === 'direct' ? null : s.overDirectUs).padStart(12),
           plus(s.mode === 'direct' ? null : s.overDirectP50Us).padStart(10),

@@ -40,6 +40,15 @@ describe('bench:datapath report', () => {
     expect(table(s, ['echo'], ['rr1'], ['direct', 'ebpf'])).toMatch(/ebpf .* \+5\.00 +\+0\.00$/m);
   });
 
+  it('podsrc, the floor of a redirect that keeps the pod address, gets its own ratio column only when it ran', () => {
+    const s = summarize([r(0, 'direct', 100), r(0, 'podsrc', 98), r(0, 'ebpf', 97), r(1, 'direct', 100), r(1, 'podsrc', 96), r(1, 'ebpf', 96)]);
+    const ebpf = s.find((x) => x.mode === 'ebpf')!;
+    expect(ebpf.vsPodsrc!.median).toBeCloseTo((97 / 98 + 96 / 96) / 2, 6);
+    expect(table(s, ['echo'], ['rr1'], ['direct', 'podsrc', 'ebpf'])).toMatch(/×direct +×podsrc +×iptables/);
+    expect(table(s, ['echo'], ['rr1'], ['direct', 'podsrc', 'ebpf'])).toMatch(/^ebpf +97 .* 0\.96× +0\.99× +- /m);
+    expect(table(s, ['echo'], ['rr1'], ['direct', 'ebpf'])).not.toMatch(/podsrc/);
+  });
+
   it('the drivers run from source through bench/lib/ts.mjs (options are checked before anything is made)', async () => {
     const p = await execa(process.execPath, ['--import', './bench/lib/ts.mjs', 'bench/datapath/main.ts', '--tests', 'nope'], { cwd: root, reject: false });
     expect(p.exitCode).toBe(1);
