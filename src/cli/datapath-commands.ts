@@ -28,11 +28,12 @@ const MAP_SIZE_HELP: Record<SizedMap, string> = {
   mc_origdst: 'mc_origdst entries: TCP connections between their SYN and the proxy side of the handshake',
   mc_sockorig: 'mc_sockorig entries: TCP connects inside connect()',
   mc_dnsorig: 'mc_dnsorig entries: UDP DNS sockets, the most recently used kept',
+  mc_dstslot: 'mc_dstslot entries: (pod, destination) pairs with a loopback address of their own; once full, new destinations keep their original destination in socket storage',
 };
-/** One LRU map's size (docs/datapath.md "Map sizes and memory"); applies when the map is created: a pinned map keeps its size. */
+/** One sized map's size (docs/datapath.md "Map sizes and memory"); applies when the map is created: a pinned map keeps its size. */
 export const mapSizeOption = (name: SizedMap) =>
   new Option(`${MAP_SIZE_OPTION[name]} <n>`, `${MAP_SIZE_HELP[name]} (${MIN_MAP_ENTRIES}..${MAX_MAP_ENTRIES}; applies when the map is created)`).default(String(DEFAULT_MAP_SIZES[name]));
-export interface MapSizeFlags { origdstEntries: string; sockorigEntries: string; dnsorigEntries: string }
+export interface MapSizeFlags { origdstEntries: string; sockorigEntries: string; dnsorigEntries: string; dstslotEntries: string }
 /** Validated sizes, or a UsageError (exit code 2) naming the option. */
 export function mapSizesOrUsage(o: MapSizeFlags): MapSizes {
   try {
@@ -152,6 +153,7 @@ export function registerDatapathCommands(program: Command): void {
     .addOption(mapSizeOption('mc_origdst'))
     .addOption(mapSizeOption('mc_sockorig'))
     .addOption(mapSizeOption('mc_dnsorig'))
+    .addOption(mapSizeOption('mc_dstslot'))
     .action(async (o: { pinRoot: string; mode: ModeRequest; splice?: boolean; stateDir: string } & MapSizeFlags) => {
       checkDirOption('--state-dir', o.stateDir);
       const mapSizes = mapSizesOrUsage(o);

@@ -122,7 +122,7 @@ export function effectiveMapSizes(mapsDir: string, requested: MapSizes): MapSize
 
 /**
  * objectDir: where the .bpf.o files are (default: this package's build/bpf).
- * mapSizes: the LRU maps' sizes (default DEFAULT_MAP_SIZES); maps already
+ * mapSizes: the sized maps' sizes (default DEFAULT_MAP_SIZES); maps already
  * pinned keep theirs (LoadResult.mapSizes says which).
  */
 export async function loadDatapath(opts: { pinRoot: string; objectDir?: string; mapSizes?: Partial<MapSizes> }): Promise<LoadResult> {

@@ -1,10 +1,13 @@
-// Sizes of the three LRU maps, chosen at load (docs/datapath.md, "Map sizes
-// and memory"): the rest of meshcap.h's maps keep their compiled sizes.
-// Preallocated LRU hashes are charged in full to the loader's cgroup whether
-// used or not, so their size is a memory decision made per node.
+// Sizes of the three LRU maps and of mc_dstslot, chosen at load
+// (docs/datapath.md, "Map sizes and memory"): the rest of meshcap.h's maps
+// keep their compiled sizes. Preallocated LRU hashes are charged in full to
+// the loader's cgroup whether used or not, so their size is a memory
+// decision made per node; mc_dstslot's bucket array is too, and its size is
+// how many (pod, destination) pairs get a slot before new destinations take
+// the socket-storage way.
 
-/** The LRU maps whose max_entries `meshcap load` / `meshcap agent` set before load. */
-export const SIZED_MAPS = ['mc_origdst', 'mc_sockorig', 'mc_dnsorig'] as const;
+/** The maps whose max_entries `meshcap load` / `meshcap agent` set before load. */
+export const SIZED_MAPS = ['mc_origdst', 'mc_sockorig', 'mc_dnsorig', 'mc_dstslot'] as const;
 export type SizedMap = (typeof SIZED_MAPS)[number];
 export type MapSizes = Record<SizedMap, number>;
 
@@ -12,9 +15,10 @@ export type MapSizes = Record<SizedMap, number>;
  * Defaults (the arithmetic is in docs/datapath.md): mc_origdst = 32,768
  * connects/s x 1 s x 2; mc_sockorig lives inside one connect() call, so only
  * stale entries and per-CPU free lists need room; mc_dnsorig = DNS sockets
- * used within a resolver's 5 s timeout, 13,107/s x 5 s.
+ * used within a resolver's 5 s timeout, 13,107/s x 5 s; mc_dstslot = 65,536
+ * (pod, destination) pairs, e.g. 100 pods x 655 destinations each.
  */
-export const DEFAULT_MAP_SIZES: Readonly<MapSizes> = { mc_origdst: 65_536, mc_sockorig: 16_384, mc_dnsorig: 65_536 };
+export const DEFAULT_MAP_SIZES: Readonly<MapSizes> = { mc_origdst: 65_536, mc_sockorig: 16_384, mc_dnsorig: 65_536, mc_dstslot: 65_536 };
 
 /** Below this the LRU's per-CPU free lists (128 entries per CPU) take most of the map. */
 export const MIN_MAP_ENTRIES = 1_024;
@@ -26,6 +30,7 @@ export const MAP_SIZE_OPTION: Readonly<Record<SizedMap, string>> = {
   mc_origdst: '--origdst-entries',
   mc_sockorig: '--sockorig-entries',
   mc_dnsorig: '--dnsorig-entries',
+  mc_dstslot: '--dstslot-entries',
 };
 
 /** Parses one option value; throws an Error naming the option and the allowed range. */
@@ -41,11 +46,12 @@ export function parseMapEntries(option: string, value: string): number {
 }
 
 /** Options as commander gives them (strings, defaults filled in) -> sizes. */
-export function mapSizesFromOptions(o: { origdstEntries: string; sockorigEntries: string; dnsorigEntries: string }): MapSizes {
+export function mapSizesFromOptions(o: { origdstEntries: string; sockorigEntries: string; dnsorigEntries: string; dstslotEntries: string }): MapSizes {
   return {
     mc_origdst: parseMapEntries(MAP_SIZE_OPTION.mc_origdst, o.origdstEntries),
     mc_sockorig: parseMapEntries(MAP_SIZE_OPTION.mc_sockorig, o.sockorigEntries),
     mc_dnsorig: parseMapEntries(MAP_SIZE_OPTION.mc_dnsorig, o.dnsorigEntries),
+    mc_dstslot: parseMapEntries(MAP_SIZE_OPTION.mc_dstslot, o.dstslotEntries),
   };
 }
 

@@ -9,6 +9,7 @@ import { loadDatapath, uninstallDatapath } from '../../src/loader/datapath.js';
 import { decideMode, ModeRefusedError } from '../../src/loader/mode.js';
 import { probeKernel } from '../../src/loader/probe.js';
 import { applyCapture, checkCapture, configureRoutes, removeCapture } from '../../src/fallback-iptables/apply.js';
+import type { MapSizes } from '../../src/loader/map-sizes.js';
 import type { CaptureConfig } from '../../src/redirect/config.js';
 import { scaled, testPinRoot } from './lab.js';
 
@@ -100,10 +101,11 @@ export interface Driver {
   close(): Promise<void>;
 }
 
-export async function makeDriver(mode: TestMode): Promise<Driver> {
+/** opts.mapSizes: eBPF mode's sized maps (src/loader/map-sizes.ts), defaults otherwise. */
+export async function makeDriver(mode: TestMode, opts: { mapSizes?: Partial<MapSizes> } = {}): Promise<Driver> {
   if (mode === 'ebpf') {
     const pinRoot = testPinRoot();
-    await loadDatapath({ pinRoot });
+    await loadDatapath({ pinRoot, mapSizes: opts.mapSizes });
     const pods = new EbpfBackend(pinRoot);
     const cookies = new Map<string, bigint>();
     const cookie = async (p: string) => cookies.get(p) ?? (await netnsCookie(p));

@@ -21,6 +21,8 @@ const POD = '198.18.29.1';
 const DSTS = ['198.18.29.2', '198.18.29.3', '198.18.29.4'];
 const POD2 = '198.18.28.1';
 const SRV2 = '198.18.28.2';
+/** mc_dstslot's size here (the smallest --dstslot-entries) */
+const SLOTS = 1_024;
 
 const ip4 = (a: string) => Buffer.from(a.split('.').map(Number));
 
@@ -57,7 +59,8 @@ describeEbpf('eBPF mode: destination slots name each redirected IPv4 destination
   const lastAccept = () => proxy.accepts().at(-1)!;
 
   beforeAll(async () => {
-    dp = await makeDriver('ebpf');
+    // mc_dstslot sized down (--dstslot-entries): the size reaches the map, and filling it is quick
+    dp = await makeDriver('ebpf', { mapSizes: { mc_dstslot: SLOTS } });
     pod = await lab.netns('slots');
     const srv = await lab.netns('slotsrv');
     await lab.link(pod.name, srv.name, { a4: [`${POD}/24`], b4: DSTS.map((d) => `${d}/24`) });
@@ -136,6 +139,7 @@ describeEbpf('eBPF mode: destination slots name each redirected IPv4 destination
 
   it('a full map: 127.0.0.1 and the storage; the agent\'s start sweeps slots of netns that are no pods', async () => {
     const max = bpf.mapInfo(slotFd).maxEntries;
+    expect(max).toBe(SLOTS);
     const have = bpf.mapEntries(slotFd).count;
     // fill it with slots of a netns cookie no pod has
     const ghost = (1n << 62n) + 7n;
