@@ -30,7 +30,7 @@ import { adoptedSizeMessage, type MapSizes, type MapSizeState } from '../loader/
 
 /** One line with the LRU maps' sizes; a warning per pinned map that kept another size than asked. */
 function logMapSizes(log: Logger, sizes: MapSizeState[]): void {
-  log.info({ mapSizes: Object.fromEntries(sizes.map((s) => [s.name, s.maxEntries])) }, 'datapath LRU map sizes');
+  log.info({ mapSizes: Object.fromEntries(sizes.map((s) => [s.name, s.maxEntries])) }, 'datapath map sizes');
   for (const s of sizes) if (s.maxEntries !== s.requested) log.warn({ map: s.name, maxEntries: s.maxEntries, requested: s.requested }, adoptedSizeMessage(s));
 }
 
