@@ -26,12 +26,12 @@ function num(table: Record<string, number>, key: string | undefined, what: strin
   return v;
 }
 
-/** First verifier line that says why, for a one-line reason. */
 /** A load that reached the verifier leaves its walk in the log (libbpf's own lines aside). */
 export function hasVerifierLog(log: string | undefined): boolean {
   return !!log && log.split('\n').some((l) => l.trim() !== '' && !l.trim().startsWith('libbpf:'));
 }
 
+/** First verifier line that says why, for a one-line reason. */
 export function verifierReason(log: string | undefined, fallback: string): string {
   if (!log) return fallback;
   // The verifier's own sentence, not libbpf's summary around it.
