@@ -18,6 +18,8 @@ import { load, tcpOutSegs, type Cpus } from './run.js';
 
 type Kind = 'plain' | 'podsrc' | 'iptables' | 'ebpf';
 const kindOf = (m: Mode): Kind => (m === 'noproxy' || m === 'direct' ? 'plain' : m);
+/** The app connects to the proxy's own address (no redirect, no SO_ORIGINAL_DST): direct and podsrc. */
+const toProxyItself = (m: Mode) => m === 'direct' || m === 'podsrc';
 
 export const PROXY_UID = 1337;
 
@@ -71,7 +73,6 @@ export async function makeCells(s: CellsSetup): Promise<Cell[]> {
   for (const leg of s.legs) {
     for (const kind of kinds) {
       if (leg === 'echo' && kind === 'plain' && !s.modes.includes('direct')) continue;
-      if (kind === 'podsrc' && !s.modes.includes('podsrc')) continue;
       k++;
       const ns = await lab.netns(`${leg}-${kind}`);
       await lab.link(ns.name, srv.name, { a4: [`198.18.${k}.2/24`], b4: [`198.18.${k}.1/24`] });
@@ -95,7 +96,7 @@ export async function makeCells(s: CellsSetup): Promise<Cell[]> {
         await proxy.waitFor(/"event":"ready"/, 5000);
         pod = { ns: ns.name, svc, proxy };
       } else {
-        const h = haproxyConfig(s.tmp, k, kind === 'plain' || kind === 'podsrc' ? `${svc.host}:${svc.port}` : '0.0.0.0:0');
+        const h = haproxyConfig(s.tmp, k, kind === 'iptables' || kind === 'ebpf' ? '0.0.0.0:0' : `${svc.host}:${svc.port}`);
         const proxy = lab.start(`haproxy-${leg}-${kind}`, ns.name, ['haproxy', '-db', '-f', h.file], { uid: PROXY_UID, cpu: cpus.proxy });
         await waitListening(lab, ns.name, 15001, proxy);
         pod = { ns: ns.name, svc, proxy, sock: h.sock };
@@ -111,7 +112,7 @@ export async function makeCells(s: CellsSetup): Promise<Cell[]> {
       if (mode === 'noproxy' && leg === 'echo') continue; // on the echo leg the proxy is the service
       const pod = pods.get(`${leg}/${kindOf(mode)}`);
       if (!pod) throw new Error(`no pod for ${leg}/${mode}`);
-      cells.push({ leg, mode, pod, target: mode === 'direct' || mode === 'podsrc' ? { host: '127.0.0.1', port: 15001 } : pod.svc });
+      cells.push({ leg, mode, pod, target: toProxyItself(mode) ? { host: '127.0.0.1', port: 15001 } : pod.svc });
     }
   }
   return cells;
@@ -138,7 +139,7 @@ export async function verifyCells(cells: Cell[], lab: Lab, cpus: Cpus, bin: stri
     const through = after.accepted - before.accepted;
     const want = cell.mode === 'noproxy' ? 0 : r.connects;
     if (through !== want) throw new Error(`${cell.leg}/${cell.mode}: ${r.connects} connects, the proxy accepted ${through} (expected ${want}): the traffic does not take the path this mode names`);
-    if (cell.leg === 'echo' && cell.mode !== 'direct' && cell.mode !== 'podsrc' && (after.origdst ?? 0) - (before.origdst ?? 0) !== r.connects) {
+    if (cell.leg === 'echo' && !toProxyItself(cell.mode) && (after.origdst ?? 0) - (before.origdst ?? 0) !== r.connects) {
       throw new Error(`${cell.leg}/${cell.mode}: SO_ORIGINAL_DST answered ${(after.origdst ?? 0) - (before.origdst ?? 0)} of ${r.connects} accepted connections`);
     }
     const segs0 = await tcpOutSegs(lab, cell.pod.ns);
