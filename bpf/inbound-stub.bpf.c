@@ -39,12 +39,6 @@ int mc_inbound_pod(struct bpf_sk_lookup *ctx)
 
 	if (ctx->protocol != IPPROTO_TCP)
 		return SK_PASS;
-	/* IPv4 loopback either way (every app-to-proxy connection, 127.S:15001)
-	 * passes here, as mc_inbound_decide passes it before anything else: no
-	 * hand, no tail call for the pod's own traffic (network order: the
-	 * first octet is the low byte). */
-	if (ctx->family == AF_INET && ((ctx->local_ip4 & 0xff) == 127 || (ctx->remote_ip4 & 0xff) == 127))
-		return SK_PASS;
 	netns = *(volatile __u64 *)&mc_stub_netns;
 	if (!netns)
 		return SK_PASS;
@@ -69,11 +63,16 @@ int mc_inbound_pod(struct bpf_sk_lookup *ctx)
 	/* Slot 0 empty (or, never seen, no free hand): which ports are captured
 	 * is unknown here. The pod's own traffic (loopback: the app to its proxy,
 	 * the proxy's 127.0.0.6 / ::6 passthrough to the app) is never captured,
-	 * so it passes (IPv4's did above); anything else is refused, as a
-	 * REDIRECT to a proxy that is not there would be: a captured connection
-	 * must never reach the app around its proxy. */
+	 * so it passes; anything else is refused, as a REDIRECT to a proxy that
+	 * is not there would be: a captured connection must never reach the app
+	 * around its proxy. */
 	a->tail_failed++;
-	if (ctx->family != AF_INET) {
+	if (ctx->family == AF_INET) {
+		__u32 l = ctx->local_ip4, r = ctx->remote_ip4;
+		/* network order: the first octet is the low byte */
+		if ((l & 0xff) == 127 || (r & 0xff) == 127)
+			return SK_PASS;
+	} else {
 		__u32 l3 = ctx->local_ip6[3], r3 = ctx->remote_ip6[3];
 		__u32 l = ctx->local_ip6[0] | ctx->local_ip6[1] | ctx->local_ip6[2];
 		__u32 r = ctx->remote_ip6[0] | ctx->remote_ip6[1] | ctx->remote_ip6[2];
