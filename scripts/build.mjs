@@ -58,7 +58,7 @@ await run(path.join(root, 'node_modules/.bin/cmake-js'), ['compile', '--log-leve
   '-d', 'native', '-O', path.join(build, 'native')], { stdio: ['ignore', 'ignore', 'inherit'] });
 
 // 4. Test tools: mc-order-check, the byte-order checker of the splice
-//    regression test (test/privileged/datapath/splice-order.test.ts).
+//    regression test (test/privileged/datapath/byte-order.test.ts).
 for (const t of ['mc-order-check']) {
   const src = path.join(root, 'bench/datapath', `${t}.c`);
   const out = path.join(build, 'bin', t);

@@ -3,7 +3,7 @@
  * mc-order-check: does a connection's byte stream reach the sidecar intact and
  * in order? The regression test for issue 20 (the sk_msg splice reordered
  * bytes that an app wrote before the proxy accepted its connection) runs it
- * as both ends inside a meshed pod's netns (test/privileged/datapath/splice-order.test.ts).
+ * as both ends inside a meshed pod's netns (test/privileged/datapath/byte-order.test.ts).
  *
  *   mc-order-check app --connect IPv4:PORT [--threads 32] [--conns 10000] [--chunks 64]
  *   mc-order-check sidecar --listen IPv4:PORT [--backlog 8] [--chunks 64]
@@ -26,7 +26,10 @@
  * and some of those the listener never completes at all: with SYN cookies it
  * answers a late ACK whose cookie fails with a reset (TcpExtSyncookiesFailed,
  * plain TCP without meshcap does it too), after the app has closed. Then, or
- * on SIGTERM, it prints one JSON summary line and exits 0.
+ * on SIGTERM, it prints one JSON summary line and exits 0; "unfinished" lists
+ * up to 8 connections still open then, each with what it read and its
+ * TCP_INFO (state, segments and bytes in, ms since the last data), so a
+ * failure says whether the peer stalled, went away or never sent its FIN.
  *
  * Chunk i of a connection: magic "MCOC", connection id, i, and
  * id * 2654435761 ^ i (so a chunk from another connection, or a torn chunk,
@@ -43,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/tcp.h> /* the full struct tcp_info (glibc's is older) */
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -185,8 +189,10 @@ static int app_main(void)
 /* -------------------------------------------------------------- sidecar */
 
 struct conn {
+	struct conn *prev, *next; /* the open ones, for the summary */
 	int fd;
 	size_t len;
+	double accepted_ms;
 	int bad; /* a chunk out of place was seen */
 	unsigned char buf[]; /* chunks * CHUNK + 1: one byte more than was sent shows a long stream */
 };
@@ -194,6 +200,7 @@ struct conn {
 static unsigned long long accepted, ok, reordered, shortc, errors, longc;
 static long long example = -1; /* first reordered connection: position and what was there */
 static unsigned example_pos, example_got;
+static struct conn open_list = { .prev = &open_list, .next = &open_list };
 
 /* Which position does chunk c claim, given the connection id of chunk 0? -1: garbage. */
 static long chunk_index(const unsigned char *c)
@@ -234,6 +241,8 @@ static void finish(struct conn *c, int err)
 		shortc++;
 	else
 		ok++;
+	c->prev->next = c->next;
+	c->next->prev = c->prev;
 	close(c->fd);
 	free(c);
 }
@@ -346,6 +355,11 @@ static int sidecar_main(const char *listen_at, int backlog, unsigned accept_dela
 					c->fd = fd;
 					c->len = 0;
 					c->bad = 0;
+					c->accepted_ms = now_ms();
+					c->next = &open_list;
+					c->prev = open_list.prev;
+					open_list.prev->next = c;
+					open_list.prev = c;
 					struct epoll_event ce = { .events = EPOLLIN | EPOLLRDHUP, .data.ptr = c };
 					if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ce) < 0)
 						die("epoll_ctl ADD");
@@ -364,9 +378,28 @@ static int sidecar_main(const char *listen_at, int backlog, unsigned accept_dela
 		}
 	}
 	printf("{\"event\":\"summary\",\"connections\":%llu,\"ok\":%llu,\"reordered\":%llu,\"short\":%llu,\"long\":%llu,\"errors\":%llu,"
-	       "\"open\":%llu,\"drain_ms\":%.0f,\"example\":{\"conn\":%lld,\"pos\":%u,\"got\":%d}}\n",
+	       "\"open\":%llu,\"drain_ms\":%.0f,\"example\":{\"conn\":%lld,\"pos\":%u,\"got\":%d},\"unfinished\":[",
 	       accepted, ok, reordered, shortc, longc, errors, open_conns, expect >= 0 ? now_ms() - expect_at : 0.0, example, example_pos,
 	       example < 0 ? -1 : (int)example_got);
+	/* Why a connection is still open when the sidecar stops: what it has
+	 * read, and its TCP state (a peer still retransmitting, a lost FIN). */
+	int shown = 0;
+	for (struct conn *c = open_list.next; c != &open_list && shown < 8; c = c->next, shown++) {
+		struct tcp_info ti = { 0 };
+		socklen_t tl = sizeof(ti);
+		struct sockaddr_in peer = { 0 };
+		socklen_t pl = sizeof(peer);
+		char ps[INET_ADDRSTRLEN] = "?";
+		getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl);
+		if (getpeername(c->fd, (struct sockaddr *)&peer, &pl) == 0)
+			inet_ntop(AF_INET, &peer.sin_addr, ps, sizeof(ps));
+		printf("%s{\"read\":%zu,\"first_id\":%d,\"age_ms\":%.0f,\"peer\":\"%s:%u\",\"state\":%u,\"ca_state\":%u,"
+		       "\"last_data_recv_ms\":%u,\"rcv_space\":%u,\"segs_in\":%u,\"data_segs_in\":%u,\"bytes_received\":%llu,\"unacked\":%u}",
+		       shown ? "," : "", c->len, c->len >= CHUNK ? (int)get32(c->buf + 4) : -1, now_ms() - c->accepted_ms, ps,
+		       ntohs(peer.sin_port), ti.tcpi_state, ti.tcpi_ca_state, ti.tcpi_last_data_recv, ti.tcpi_rcv_space, ti.tcpi_segs_in,
+		       ti.tcpi_data_segs_in, (unsigned long long)ti.tcpi_bytes_received, ti.tcpi_unacked);
+	}
+	printf("]}\n");
 	fflush(stdout);
 	return 0;
 }
