@@ -54,6 +54,10 @@ def app_socket():
     s.settimeout(3)
     return s
 
+def why(e):
+    """errno's name, or a timeout (socket.timeout has no errno): a handshake that never completes."""
+    return errno.errorcode.get(e.errno, str(e.errno)) if e.errno else "timed out"
+
 # concurrency: hold connections over 4 destinations until the kernel has no port left
 socks, stop = [], None
 for n in range(4 * 65536):
@@ -61,8 +65,8 @@ for n in range(4 * 65536):
     try:
         s.connect((target(n % 4), 80 if mode == "nat" else PORT))
         socks.append(s)
-    except OSError as e:  # socket.timeout too: a handshake that never completes
-        stop = errno.errorcode.get(e.errno, str(e.errno)) if e.errno else "timed out"
+    except OSError as e:
+        stop = why(e)
         s.close()
         break
 concurrent = len(socks)
@@ -87,7 +91,7 @@ while time.time() - t0 < 4:
         ok += 1
     except OSError as e:
         if e.errno != errno.EADDRNOTAVAIL:
-            failed = e.errno and errno.errorcode.get(e.errno) or "timed out"
+            failed = why(e)
             break
         refused += 1
         time.sleep(0.001)

@@ -307,7 +307,6 @@ static int sidecar_main(const char *listen_at, int backlog, unsigned accept_dela
 	long long expect = -1; /* from stdin */
 	double expect_at = 0, last_activity = now_ms();
 	int stop = 0;
-	unsigned long long open_conns = 0;
 	struct epoll_event evs[256];
 	while (!stop) {
 		unsigned long long done = ok + reordered + shortc + errors + longc;
@@ -347,7 +346,6 @@ static int sidecar_main(const char *listen_at, int backlog, unsigned accept_dela
 						die("accept4");
 					}
 					accepted++;
-					open_conns++;
 					last_activity = now_ms();
 					struct conn *c = malloc(sizeof(*c) + (size_t)chunks * CHUNK + 1);
 					if (!c)
@@ -370,16 +368,14 @@ static int sidecar_main(const char *listen_at, int backlog, unsigned accept_dela
 				struct conn *c = evs[k].data.ptr;
 				unsigned long long before = ok + reordered + shortc + errors + longc;
 				on_readable(c);
-				if (ok + reordered + shortc + errors + longc != before) {
-					open_conns--;
+				if (ok + reordered + shortc + errors + longc != before)
 					last_activity = now_ms();
-				}
 			}
 		}
 	}
 	printf("{\"event\":\"summary\",\"connections\":%llu,\"ok\":%llu,\"reordered\":%llu,\"short\":%llu,\"long\":%llu,\"errors\":%llu,"
 	       "\"open\":%llu,\"drain_ms\":%.0f,\"example\":{\"conn\":%lld,\"pos\":%u,\"got\":%d},\"unfinished\":[",
-	       accepted, ok, reordered, shortc, longc, errors, open_conns, expect >= 0 ? now_ms() - expect_at : 0.0, example, example_pos,
+	       accepted, ok, reordered, shortc, longc, errors, accepted - (ok + reordered + shortc + errors + longc), expect >= 0 ? now_ms() - expect_at : 0.0, example, example_pos,
 	       example < 0 ? -1 : (int)example_got);
 	/* Why a connection is still open when the sidecar stops: what it has
 	 * read, and its TCP state (a peer still retransmitting, a lost FIN). */
