@@ -55,6 +55,8 @@ export interface CellsSetup {
   /** the eBPF datapath's pod backend, when an eBPF mode is measured */
   ebpf: EbpfBackend | null;
   log: Logger;
+  /** the whole path's HAProxy in the mesh modes: SO_ORIGINAL_DST, or the service's own address as `direct`'s */
+  proxyTarget: 'origdst' | 'fixed';
 }
 
 /** Makes the server, the pods and their proxies and captures; returns one cell per (leg, mode). Everything is registered in the lab. */
@@ -96,7 +98,8 @@ export async function makeCells(s: CellsSetup): Promise<Cell[]> {
         await proxy.waitFor(/"event":"ready"/, 5000);
         pod = { ns: ns.name, svc, proxy };
       } else {
-        const h = haproxyConfig(s.tmp, k, kind === 'iptables' || kind === 'ebpf' ? '0.0.0.0:0' : `${svc.host}:${svc.port}`);
+        const transparent = (kind === 'iptables' || kind === 'ebpf') && s.proxyTarget === 'origdst';
+        const h = haproxyConfig(s.tmp, k, transparent ? '0.0.0.0:0' : `${svc.host}:${svc.port}`);
         const proxy = lab.start(`haproxy-${leg}-${kind}`, ns.name, ['haproxy', '-db', '-f', h.file], { uid: PROXY_UID, cpu: cpus.proxy });
         await waitListening(lab, ns.name, 15001, proxy);
         pod = { ns: ns.name, svc, proxy, sock: h.sock };

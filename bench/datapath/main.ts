@@ -21,6 +21,7 @@
 //   node --import ./bench/lib/ts.mjs bench/datapath/main.ts [--rounds 5] [--seconds 0.5] [--quick]
 //        [--tests rr1,rr100,crr,stream] [--legs echo,full] [--modes noproxy,direct,podsrc,iptables,ebpf]
 //        [--cpus APP,PROXY,SERVER (CPU numbers or any)] [--profile TEST] [--bpf-stats TEST] [--objects DIR]
+//        [--proxy-target origdst|fixed (the whole path's HAProxy in the mesh modes)]
 //        [--json FILE] [--plot FILE.png (and FILE-latency.svg)]
 //   ... bench/datapath/main.ts --plot-only FILE.json --plot FILE.png
 //
@@ -64,6 +65,7 @@ const opt = parseOptions(import.meta.url, 'bench:datapath', {
   profile: { type: 'string' },
   'bpf-stats': { type: 'string' },
   objects: { type: 'string' },
+  'proxy-target': { type: 'string', default: 'origdst' },
 });
 
 const have = (tool: string): boolean => {
@@ -104,6 +106,11 @@ if (!(ROUNDS >= 1 && SECONDS > 0 && WARMUP >= 0)) throw new Error('--rounds must
 for (const t of tests) if (!(t in TESTS)) throw new Error(`unknown test ${t}: choose from ${Object.keys(TESTS).join(', ')}`);
 for (const l of legs) if (!(l in LEGS)) throw new Error(`unknown leg ${l}: choose from ${Object.keys(LEGS).join(', ')}`);
 for (const m of modes) if (!MODES.includes(m)) throw new Error(`unknown mode ${m}: choose from ${MODES.join(', ')}`);
+// --proxy-target fixed: HAProxy forwards to the service's own address in the mesh modes too, so
+// no mode asks SO_ORIGINAL_DST on the whole path: the redirect's cost without the query every
+// transparent proxy makes (and `direct`'s fixed server does not).
+if (opt['proxy-target'] !== 'origdst' && opt['proxy-target'] !== 'fixed') throw new Error(`--proxy-target ${opt['proxy-target']}: choose origdst (the default: server 0.0.0.0:0 in the mesh modes) or fixed`);
+const proxyTarget = opt['proxy-target'] as 'origdst' | 'fixed';
 for (const c of [app, proxy, server]) if (!(c === `0-${ncpu - 1}` || (Number(c) >= 0 && Number(c) < ncpu))) throw new Error(`--cpus app,proxy,server: ${opt.cpus} names a CPU this machine (${ncpu} CPUs) does not have`);
 if (process.getuid?.() !== 0) throw new Error('run as root: the bench makes network namespaces, loads BPF programs and applies iptables rules');
 for (const f of ['build/native/Release/meshcap_native.node', 'build/bpf/outbound.bpf.o']) {
@@ -157,7 +164,7 @@ async function main(): Promise<void> {
     ebpf = pods;
   }
 
-  const cells = await makeCells({ lab, legs, modes, cpus, bin: BIN, tmp, ebpf, log });
+  const cells = await makeCells({ lab, legs, modes, cpus, bin: BIN, tmp, ebpf, log, proxyTarget });
   await verifyCells(cells, lab, cpus, BIN, log);
 
   const t0 = Date.now();
@@ -186,7 +193,7 @@ async function main(): Promise<void> {
   const data: BenchData = {
     startedAt, finishedAt: new Date().toISOString(), durationS: Math.round((Date.now() - t0) / 1000),
     machine: machine(),
-    options: { rounds: ROUNDS, seconds: SECONDS, warmup: WARMUP, tests, legs, modes, cpus },
+    options: { rounds: ROUNDS, seconds: SECONDS, warmup: WARMUP, tests, legs, modes, cpus, proxyTarget },
     otherTests: { atStart: busy, atEnd: otherTests() },
     foreignCgroupPrograms: foreign,
     paths: cells.map((c) => ({ leg: c.leg, mode: c.mode, target: `${c.target.host}:${c.target.port}`, tcpSegsPerExchange: c.segsPerOp })),

@@ -37,7 +37,12 @@ export function gnuplot(write: (dir: string) => string): void {
   try {
     const script = path.join(dir, 'plot.gp');
     writeFileSync(script, write(dir) + '\n');
-    execFileSync('gnuplot', [script], { stdio: ['ignore', 'ignore', 'pipe'] });
+    try {
+      execFileSync('gnuplot', [script], { stdio: ['ignore', 'ignore', 'pipe'] });
+    } catch (e) {
+      const stderr = String((e as { stderr?: Buffer }).stderr ?? '').trim();
+      throw new Error(`gnuplot failed: ${stderr || (e as Error).message}`);
+    }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -77,15 +82,18 @@ export function plotLatency(data: BenchData, file: string): void {
 }
 
 export function plot(data: BenchData, file: string): void {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'meshcap-plot-'));
-  try {
-    const { modes, legs, tests } = data.options;
+  const { modes, legs, tests } = data.options;
+  // Relative to iptables mode when it ran, else to direct (a run of direct, podsrc and ebpf only).
+  const ref = modes.includes('iptables') ? 'iptables' : modes.includes('direct') ? 'direct' : null;
+  if (!ref) throw new Error('--plot draws rates relative to iptables or direct mode: include one of them in --modes');
+  gnuplot((dir) => {
     const panels: string[] = [];
     for (const leg of legs) {
       const dat = path.join(dir, `${leg}.dat`);
       const rows = tests.map((t) => {
         const cells = modes.map((m) => {
-          const v = data.summary.find((x) => x.leg === leg && x.testName === t && x.mode === m)?.vsIptables;
+          const x = data.summary.find((y) => y.leg === leg && y.testName === t && y.mode === m);
+          const v = ref === 'iptables' ? x?.vsIptables : x?.vsDirect;
           return v ? `${v.median} ${v.min} ${v.max}` : 'NaN NaN NaN';
         });
         return `"${TESTS[t].label}" ${cells.join(' ')}`;
@@ -95,24 +103,19 @@ export function plot(data: BenchData, file: string): void {
       panels.push(`set title "${LEGS[leg]}"\nplot ${cols.join(', \\\n  ')}, 1 notitle dt 2 lc 'black'`);
     }
     const m = data.machine;
-    const gp = [
+    return [
       `set terminal pngcairo noenhanced size ${560 * legs.length},560 font 'sans,10'`,
       `set output '${path.resolve(file)}'`,
-      `set multiplot layout 1,${legs.length} title "meshcap datapath: rate relative to iptables mode (median of ${data.options.rounds} interleaved rounds, whiskers min..max)\\n${m.cpu} ×${m.cpus}, Linux ${m.kernel}, ${m.haproxy}"`,
+      `set multiplot layout 1,${legs.length} title "meshcap datapath: rate relative to ${ref} mode (median of ${data.options.rounds} interleaved rounds, whiskers min..max)\\n${m.cpu} ×${m.cpus}, Linux ${m.kernel}, ${m.haproxy}"`,
       'set style data histogram',
       'set style histogram errorbars gap 1 lw 1',
       'set style fill solid 0.8 border -1',
       'set yrange [0:*]',
-      'set ylabel "× iptables"',
+      `set ylabel "× ${ref}"`,
       'set grid ytics',
       'set key below horizontal',
       ...panels,
       'unset multiplot',
     ].join('\n');
-    const script = path.join(dir, 'plot.gp');
-    writeFileSync(script, gp + '\n');
-    execFileSync('gnuplot', [script], { stdio: ['ignore', 'ignore', 'pipe'] });
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 }

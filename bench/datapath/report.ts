@@ -11,6 +11,8 @@ export interface Ratio {
   median: number;
   min: number;
   max: number;
+  /** 95% interval of the median (medianInterval); on per-round ratios only */
+  ci95?: [number, number];
 }
 
 export interface Summary {
@@ -49,7 +51,11 @@ export interface BenchData {
   finishedAt: string;
   durationS: number;
   machine: Machine;
-  options: { rounds: number; seconds: number; warmup: number; tests: TestName[]; legs: Leg[]; modes: Mode[]; cpus: { app: string; proxy: string; server: string } };
+  options: {
+    rounds: number; seconds: number; warmup: number; tests: TestName[]; legs: Leg[]; modes: Mode[]; cpus: { app: string; proxy: string; server: string };
+    /** the whole path's HAProxy in the mesh modes: SO_ORIGINAL_DST (server 0.0.0.0:0) or the service's fixed address; absent before 2026-11-29 (origdst) */
+    proxyTarget?: 'origdst' | 'fixed';
+  };
   otherTests: { atStart: number; atEnd: number };
   foreignCgroupPrograms: number | null;
   paths: { leg: Leg; mode: Mode; target: string; tcpSegsPerExchange: number | undefined }[];
@@ -67,6 +73,22 @@ const median = (xs: number[]): number => {
   const m = s.length >> 1;
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 };
+
+/**
+ * A distribution-free 95% confidence interval of the median: the order
+ * statistics at ranks n/2 ∓ 1.96·√n/2 (the binomial's normal approximation),
+ * so no assumption about how a noisy host spreads the rounds. With few
+ * rounds it widens to [min, max]: 5 rounds cannot tell 2% on this host,
+ * 120 can (docs/bench-datapath.md).
+ */
+export function medianInterval(xs: number[]): [number, number] {
+  const s = [...xs].sort((a, b) => a - b);
+  const n = s.length;
+  const h = (1.96 * Math.sqrt(n)) / 2;
+  const lo = Math.max(1, Math.floor(n / 2 - h));
+  const hi = Math.min(n, Math.ceil(n / 2 + h + 1));
+  return [s[lo - 1]!, s[hi - 1]!];
+}
 
 const rate = (r: RoundResult): number => (r.test === 'stream' ? r.gbitPerSec ?? 0 : r.opsPerSec);
 
@@ -89,7 +111,7 @@ export function summarize(results: RoundResult[]): Summary[] {
         const o = refs.find((x) => x.round === r.round);
         return o ? [rate(r) / rate(o)] : [];
       });
-      return paired.length ? { median: median(paired), min: Math.min(...paired), max: Math.max(...paired) } : null;
+      return paired.length ? { median: median(paired), min: Math.min(...paired), max: Math.max(...paired), ci95: medianInterval(paired) } : null;
     };
     const directs = byKey.get(key({ ...first, mode: 'direct' }));
     const over = rs.flatMap((r) => {
@@ -144,6 +166,11 @@ export function table(summary: Summary[], legs: Leg[], tests: TestName[], modes:
           plus(s.mode === 'direct' ? null : s.overDirectUs).padStart(12),
           plus(s.mode === 'direct' ? null : s.overDirectP50Us).padStart(10),
         ].join(' '));
+      }
+      // Whether a ratio is resolved: its median's interval, once there are rounds enough to narrow it.
+      for (const [col, ref, pick] of [['×direct', 'direct', (x: Summary) => x.vsDirect], ['×podsrc', 'podsrc', (x: Summary) => x.vsPodsrc ?? null]] as const) {
+        const parts = rows.filter((x) => x.mode !== ref && x.mode !== 'direct' && x.rounds >= 10 && pick(x)?.ci95).map((x) => `${x.mode} ${pick(x)!.ci95![0].toFixed(3)}–${pick(x)!.ci95![1].toFixed(3)}`);
+        if (parts.length) lines.push(`   ${col}, 95% interval of the median (${rows[0]!.rounds} paired rounds): ${parts.join(' · ')}`);
       }
     }
   }

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
-import { summarize, table } from '../../../bench/datapath/report.js';
+import { medianInterval, summarize, table } from '../../../bench/datapath/report.js';
 import type { RoundResult } from '../../../bench/datapath/run.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
@@ -19,7 +19,7 @@ describe('bench:datapath report', () => {
     const s = summarize([r(0, 'iptables', 100), r(0, 'ebpf', 120), r(1, 'iptables', 50), r(1, 'ebpf', 75), r(2, 'iptables', 100), r(2, 'ebpf', 110)]);
     const ebpf = s.find((x) => x.mode === 'ebpf')!;
     expect(ebpf.rate).toBe(110);
-    expect(ebpf.vsIptables).toEqual({ median: 1.2, min: 1.1, max: 1.5 });
+    expect(ebpf.vsIptables).toEqual({ median: 1.2, min: 1.1, max: 1.5, ci95: [1.1, 1.5] }); // 3 rounds: the interval is [min, max]
     expect(ebpf.vsDirect).toBeNull();
     expect(table(s, ['echo'], ['rr1'], ['iptables', 'ebpf'])).toMatch(/ebpf\s+110\s+±/);
   });
@@ -47,6 +47,20 @@ describe('bench:datapath report', () => {
     expect(table(s, ['echo'], ['rr1'], ['direct', 'podsrc', 'ebpf'])).toMatch(/×direct +×podsrc +×iptables/);
     expect(table(s, ['echo'], ['rr1'], ['direct', 'podsrc', 'ebpf'])).toMatch(/^ebpf +97 .* 0\.96× +0\.99× +- /m);
     expect(table(s, ['echo'], ['rr1'], ['direct', 'ebpf'])).not.toMatch(/podsrc/);
+  });
+
+  it('the median of a ratio carries a distribution-free 95% interval, printed once there are 10 rounds or more', () => {
+    // order statistics at n/2 ∓ 1.96·√n/2: ranks 49 and 72 of 120 (1-based), whatever the order given
+    const xs = Array.from({ length: 120 }, (_, i) => 120 - i);
+    expect(medianInterval(xs)).toEqual([49, 72]);
+    expect(medianInterval([3, 1, 2])).toEqual([1, 3]);
+    expect(medianInterval([5])).toEqual([5, 5]);
+    const rounds = (n: number) => Array.from({ length: n }, (_, i) => [r(i, 'direct', 100), r(i, 'podsrc', 99), r(i, 'ebpf', 90 + (i % 10))]).flat();
+    const many = table(summarize(rounds(20)), ['echo'], ['rr1'], ['direct', 'podsrc', 'ebpf']);
+    // ebpf's 20 ratios are 0.90..0.99 twice: ranks 6 and 16 → 0.92 and 0.97
+    expect(many).toMatch(/^ +×direct, 95% interval of the median \(20 paired rounds\): podsrc 0\.990–0\.990 · ebpf 0\.920–0\.970$/m);
+    expect(many).toMatch(/^ +×podsrc, 95% interval of the median \(20 paired rounds\): ebpf 0\.929–0\.980$/m);
+    expect(table(summarize(rounds(9)), ['echo'], ['rr1'], ['direct', 'podsrc', 'ebpf'])).not.toMatch(/interval/);
   });
 
   it('the drivers run from source through bench/lib/ts.mjs (options are checked before anything is made)', async () => {
