@@ -207,8 +207,7 @@ int mc_getsockopt(struct bpf_sockopt *ctx)
 		__u64 ug = bpf_get_current_uid_gid();
 		if ((__u32)ug != pod->proxy_uid && (__u32)(ug >> 32) != pod->proxy_gid)
 			return mc_no_origdst(ctx, sk);
-		if (sk->protocol != IPPROTO_TCP || sk->src_port == pod->outbound_port ||
-		    sk->src_port == pod->inbound_port || sk->dst_port == 0)
+		if (sk->protocol != IPPROTO_TCP || sk->dst_port == 0)
 			return mc_no_origdst(ctx, sk);
 		if (sk->family == AF_INET) {
 			mc_v4mapped(local.addr, sk->src_ip4);
@@ -219,6 +218,22 @@ int mc_getsockopt(struct bpf_sockopt *ctx)
 			((__u32 *)local.addr)[3] = sk->src_ip6[3];
 		}
 		local.port = (__u16)sk->src_port;
+		/* The proxy's own ports on a loopback address are where connect4/6
+		 * send redirected connections: one that got no answer above lost
+		 * its original destination, and answering the proxy with itself
+		 * would loop it. On the pod's address the connection came from
+		 * outside, and conntrack answers its own address whether REDIRECT
+		 * moved it (inbound capture of 15001: sk_lookup steered it to the
+		 * inbound listener, address kept) or not (15006 reached directly),
+		 * where conntrack runs: for IPv6 only in a pod whose IPv6 is
+		 * captured (without dual stack Istio writes no ip6tables rules, and
+		 * nothing tracks IPv6 in the pod's netns). */
+		if (local.port == pod->outbound_port || local.port == pod->inbound_port) {
+			if (mc_is_loopback(local.addr))
+				return mc_no_origdst(ctx, sk);
+			if (!mc_is_v4mapped(local.addr) && !(pod->flags & MC_F_IPV6))
+				return mc_no_origdst(ctx, sk);
+		}
 		local.family = mc_is_v4mapped(local.addr) ? 4 : 6;
 		o = &local;
 	}

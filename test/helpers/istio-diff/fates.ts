@@ -303,20 +303,11 @@ interface ConnAllowance extends EbpfAllowance {
   ebpf(istio: Fate): Fate;
 }
 
-export const EBPF_CONN_ALLOWANCES: ConnAllowance[] = [
-  {
-    name: 'proxy port reached directly: no original destination',
-    reason: "a connection made straight to 15001/15006 (not redirected): under iptables, conntrack answers SO_ORIGINAL_DST with the socket's own address; in eBPF mode the kernel's own answer (ENOENT, or ENOPROTOOPT without nf_conntrack). Both mean 'not redirected' to Envoy (docs/datapath.md, SO_ORIGINAL_DST on a socket meshcap did not redirect)",
-    applies: (_c, istio) => istio.fate === 'direct' && /^proxy's (outbound|inbound) listener$/.test(istio.orig),
-    ebpf: (istio) => ({ fate: 'direct', orig: `${istio.orig} (no original destination)` }),
-  },
-  {
-    name: 'inbound to the outbound port 15001: no original destination',
-    reason: "inbound capture of the proxy's own outbound port (15001 not excluded): Istio REDIRECTs it to 15006 with SO_ORIGINAL_DST <pod>:15001; eBPF mode's sk_lookup steers it to the same 15006 listener, but origdst.bpf.c gives no original destination for a socket whose local port is the proxy's outbound or inbound port. Same listener, Envoy sees no original destination instead of its own port (which its inbound listener refuses either way). Found by this test (docs/istio-compat.md)",
-    applies: (c, istio) => c.from === 'outside' && c.port === 15001 && istio.fate === 'captured-inbound',
-    ebpf: () => ({ fate: 'direct', orig: "proxy's inbound listener (no original destination)" }),
-  },
-];
+// None left: the proxy's own ports reached from outside (15001 captured
+// inbound, 15006 directly) used to get no original destination in eBPF mode;
+// origdst.bpf.c now answers them the socket's own address, as conntrack does
+// (2026-11-29). The mechanism stays for the next difference a run finds.
+export const EBPF_CONN_ALLOWANCES: ConnAllowance[] = [];
 
 /**
  * The refusals these configs can meet, each listed in docs/datapath.md
