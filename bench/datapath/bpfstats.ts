@@ -99,5 +99,7 @@ export function bpfStatsTable(rows: CellBpfStats[]): string {
   for (const r of rows) {
     lines.push(`${r.leg.padEnd(5)} ${r.mode.padEnd(9)} ${r.test.padEnd(6)} total ${String(r.totalNsPerOp).padStart(5)} ns/op  ${r.progs.map((p) => `${p.name} ${p.nsPerOp} (${p.runsPerOp})`).join(', ')}`);
   }
+  // Each run's reading holds one sched_clock() read of the stopwatch besides the program (about 30 ns on this KVM guest).
+  lines.push('', 'Each run\'s reading includes the stopwatch itself (one sched_clock() read): bench/datapath/stats-floor.sh measures it, docs/bench-datapath.md "The stopwatch\'s share".');
   return lines.join('\n');
 }
