@@ -32,8 +32,9 @@ stats0=$(sysctl -n kernel.bpf_stats_enabled)
 cleanup() {
   sysctl -qw kernel.bpf_stats_enabled="$stats0" || true
   if [ -d "$cg" ]; then
-    for p in sock_ops connect4; do bpftool cgroup detach "$cg" $p pinned "$pins/$p" 2>/dev/null || true; done
-    rmdir "$cg" 2>/dev/null || true
+    bpftool cgroup detach "$cg" sock_ops pinned "$pins/floor_sockops" 2>/dev/null || true
+    bpftool cgroup detach "$cg" connect4 pinned "$pins/floor_connect4" 2>/dev/null || true
+    rmdir "$cg" || echo "stats-floor: could not remove the cgroup $cg" >&2
   fi
   rm -rf "$pins" "$tmp"
   ip netns del "$ns" 2>/dev/null || true
