@@ -218,23 +218,21 @@ int mc_getsockopt(struct bpf_sockopt *ctx)
 			((__u32 *)local.addr)[3] = sk->src_ip6[3];
 		}
 		local.port = (__u16)sk->src_port;
+		local.family = mc_is_v4mapped(local.addr) ? 4 : 6;
+		/* conntrack answers only where it runs: for IPv6 only in a pod
+		 * whose IPv6 is captured (without dual stack Istio writes no
+		 * ip6tables rules, and nothing tracks IPv6 in the pod's netns). */
+		if (local.family == 6 && !(pod->flags & MC_F_IPV6))
+			return mc_no_origdst(ctx, sk);
 		/* The proxy's own ports on a loopback address are where connect4/6
 		 * send redirected connections: one that got no answer above lost
 		 * its original destination, and answering the proxy with itself
 		 * would loop it. On the pod's address the connection came from
 		 * outside, and conntrack answers its own address whether REDIRECT
 		 * moved it (inbound capture of 15001: sk_lookup steered it to the
-		 * inbound listener, address kept) or not (15006 reached directly),
-		 * where conntrack runs: for IPv6 only in a pod whose IPv6 is
-		 * captured (without dual stack Istio writes no ip6tables rules, and
-		 * nothing tracks IPv6 in the pod's netns). */
-		if (local.port == pod->outbound_port || local.port == pod->inbound_port) {
-			if (mc_is_loopback(local.addr))
-				return mc_no_origdst(ctx, sk);
-			if (!mc_is_v4mapped(local.addr) && !(pod->flags & MC_F_IPV6))
-				return mc_no_origdst(ctx, sk);
-		}
-		local.family = mc_is_v4mapped(local.addr) ? 4 : 6;
+		 * inbound listener, address kept) or not (15006 reached directly). */
+		if ((local.port == pod->outbound_port || local.port == pod->inbound_port) && mc_is_loopback(local.addr))
+			return mc_no_origdst(ctx, sk);
 		o = &local;
 	}
 
