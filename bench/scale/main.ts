@@ -414,7 +414,9 @@ async function sampleAt(size: number, tag: string, label = ''): Promise<Sample> 
 
   const c0 = childCpuMs();
   const s0 = performance.now();
-  const st = spawnSync(process.execPath, [MESHCAP, 'status', '-o', 'json', '--state-dir', stateDir, '--pin-root', pinRoot, '--socket', socket], { maxBuffer: 1 << 30, encoding: 'utf8' });
+  // BENCH_SCALE_STATUS_NODE_ARGS='--cpu-prof --cpu-prof-dir=/tmp/p': node flags for `meshcap status` (a profile of it)
+  const statusNodeArgs = (process.env.BENCH_SCALE_STATUS_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const st = spawnSync(process.execPath, [...statusNodeArgs, MESHCAP, 'status', '-o', 'json', '--state-dir', stateDir, '--pin-root', pinRoot, '--socket', socket], { maxBuffer: 1 << 30, encoding: 'utf8' });
   const statusMs = performance.now() - s0;
   const statusCpuMs = childCpuMs() - c0;
   let statusPods = -1;
