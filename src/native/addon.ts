@@ -284,6 +284,11 @@ export interface ProgTemplate {
   readonly progFd: number;
   /** One BPF_MAP_CREATE + one BPF_PROG_LOAD (synchronous, ~0.1 ms): the instance and its own .bss (zeroed), fds the caller closes. NativeError with the verifier log. */
   instantiate(): { progFd: number; mapFd: number };
+  /**
+   * The same on a libuv worker thread (the verifier and the JIT off the event loop). The template's
+   * object stays open until every load in flight is done, even across close(); the fds are the caller's.
+   */
+  instantiateAsync(): Promise<{ progFd: number; mapFd: number }>;
   /** Closes the template's object and its map fds (instances keep their own references). Idempotent. */
   close(): void;
 }

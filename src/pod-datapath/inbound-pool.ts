@@ -5,11 +5,11 @@
 // per prog array through libbpf as a template (StubTemplate,
 // native/addon/src/prog_template.cc), and each stub is the template's final
 // instructions with its .bss replaced by a fresh 1-entry array of its own (one
-// BPF_MAP_CREATE + one BPF_PROG_LOAD, ~0.1 ms of CPU, against ~0.4-0.5 ms for
+// BPF_MAP_CREATE + one BPF_PROG_LOAD, ~0.3 ms of CPU, against ~0.5 ms for
 // a libbpf load; docs/bench-cni.md). The pool keeps a few loaded ahead (the
 // array still 0: such a stub captures nothing) and makes the next ones in the
-// background; an ADD writes its pod's cookie into one (one map update) before
-// linking it.
+// background on a libuv worker thread; an ADD writes its pod's cookie into one
+// (one map update) before linking it.
 //
 // Where the kernel refused the shared program, a pod gets a whole
 // bpf/inbound.bpf.c (~1.6 ms of CPU to load, the cookie in its .bss). Those
@@ -87,7 +87,15 @@ export class StubTemplate {
 
   /** A stub with its own cookie array, still 0 (captures nothing until setInstanceNetns): one map create + one BPF_PROG_LOAD. */
   instance(): InboundInstance {
-    const { progFd, mapFd } = this.t.instantiate();
+    return this.stub(this.t.instantiate());
+  }
+
+  /** instance() on a libuv worker thread: the pool's refills, so the verifier's ~0.3 ms is not on the event loop between ADDs. */
+  async instanceAsync(): Promise<InboundInstance> {
+    return this.stub(await this.t.instantiateAsync());
+  }
+
+  private stub({ progFd, mapFd }: { progFd: number; mapFd: number }): InboundInstance {
     return {
       kind: 'stub',
       progFd,
@@ -205,6 +213,8 @@ export class InboundPool {
   /** Stubs waiting, all made from this.template (closed with it). */
   private stubs: InboundInstance[] = [];
   private filling: Promise<void> | null = null;
+  /** The stub being loaded on a worker thread (one at a time). */
+  private stubLoading: Promise<void> | null = null;
   private closed = false;
   private refillQueued = false;
   /** The pins' LRU sizes, read at the first load (three pin opens less per instance). */
@@ -292,25 +302,37 @@ export class InboundPool {
   }
 
   /**
-   * Loads instances in the background up to size: stubs one per event-loop
-   * turn (~0.1 ms each, so a burst of ADDs is never held up long), whole ones
-   * one libbpf load at a time. Idempotent.
+   * Loads instances in the background up to size: stubs one at a time on a
+   * libuv worker thread (~0.3 ms of CPU each, which on the event loop would
+   * sit between a burst's ADDs), whole ones one libbpf load at a time (also
+   * on a worker). Idempotent.
    */
   fill(): void {
-    if (this.closed || this.filling) return;
+    if (this.closed || this.filling || this.stubLoading) return;
     if (inboundSharedReady(path.dirname(this.o.mapsDir))) {
       const t = this.stubTemplate();
       if (!t || this.stubs.length >= this.o.size) return;
-      try {
-        this.stubs.push(t.instance());
-        this.counts.loaded++;
-      } catch (e) {
-        // Stop until the next take(): the ADD that makes its own reports why.
-        this.counts.failed++;
-        this.o.onError?.(e as Error);
-        return;
-      }
-      if (this.stubs.length < this.o.size) this.queueRefill();
+      this.stubLoading = t.instanceAsync().then(
+        (inst) => {
+          this.stubLoading = null;
+          // Closed meanwhile, or the prog array was replaced (a new template):
+          // a stub must tail-call the array the shared program is in.
+          if (this.closed || t !== this.template) {
+            if (!this.closed) this.counts.discarded++;
+            inst.close();
+          } else {
+            this.stubs.push(inst);
+            this.counts.loaded++;
+          }
+          this.fill();
+        },
+        (e: unknown) => {
+          // Stop until the next take(): the ADD that makes its own reports why.
+          this.stubLoading = null;
+          this.counts.failed++;
+          this.o.onError?.(e as Error);
+        },
+      );
       return;
     }
     if (this.ready.length >= this.o.size) return;
@@ -321,13 +343,14 @@ export class InboundPool {
 
   /** Resolves when the pool is full (or a load failed, or it was closed): tests and benches. */
   async filled(): Promise<void> {
-    if (!this.closed && inboundSharedReady(path.dirname(this.o.mapsDir))) {
-      const before = this.counts.failed;
-      while (!this.closed && this.stubs.length < this.o.size && this.counts.failed === before) this.fill();
-      return;
+    const before = this.counts.failed;
+    for (;;) {
+      this.fill();
+      const busy = this.stubLoading ?? this.filling;
+      if (!busy) return;
+      await busy;
+      if (this.closed || this.counts.failed !== before) return;
     }
-    this.fill();
-    await this.filling;
   }
 
   private async run(): Promise<void> {

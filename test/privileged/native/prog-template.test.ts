@@ -61,6 +61,49 @@ describe('ProgTemplate', () => {
     expect(() => t.instantiate()).toThrow(/after close/);
   });
 
+  it('loads instances on a worker thread too; close() during those loads waits for them, and refuses new ones', async () => {
+    if (!kernelAtLeast(parseKernelRelease(os.release()), 5, 12)) {
+      // the stub needs 5.12+ (above): no template, so nothing to load either way
+      expect(() => bpf.loadProgTemplate(objectPath(INBOUND_STUB_OBJECT), opts())).toThrow(/BPF_STX uses reserved fields/);
+      return;
+    }
+    const t = bpf.loadProgTemplate(objectPath(INBOUND_STUB_OBJECT), opts());
+    const tmpl = bpf.progMapIds(t.progFd);
+    const sync = t.instantiate();
+    const inst: { progFd: number; mapFd: number }[] = [sync];
+    try {
+      // Eight in flight, then close() before any has finished: the template's
+      // object (whose map fds the instructions embed) must outlive them.
+      const pending = Array.from({ length: 8 }, () => t.instantiateAsync());
+      t.close();
+      expect(t.progFd, 'closed for the caller at once').toBe(-1);
+      expect(() => t.instantiate()).toThrow(/after close/);
+      expect(() => t.instantiateAsync()).toThrow(/after close/);
+      inst.push(...(await Promise.all(pending)));
+      const own = new Set<number>();
+      for (const i of inst.slice(1)) {
+        const p = bpf.progInfo(i.progFd);
+        expect(p.name).toBe(INBOUND_STUB_PROGRAM);
+        expect(p.tag, 'the same instructions as a synchronous instance').toBe(bpf.progInfo(sync.progFd).tag);
+        const m = bpf.mapInfo(i.mapFd);
+        expect(m).toMatchObject({ name: 'mc_stub_netns', keySize: 4, valueSize: 8, maxEntries: 1 });
+        own.add(m.id);
+        expect(bpf.mapLookup(i.mapFd, KEY0, 8)!.readBigUInt64LE()).toBe(0n);
+        // the template's pinned maps (the fds embedded while it was open) and its own array
+        const ids = bpf.progMapIds(i.progFd);
+        expect(ids).toHaveLength(3);
+        expect(ids).toContain(m.id);
+        expect(ids.filter((id) => tmpl.includes(id))).toHaveLength(2);
+      }
+      expect(own.size, 'each its own array').toBe(8);
+    } finally {
+      for (const i of inst) {
+        bpf.closeFd(i.progFd);
+        bpf.closeFd(i.mapFd);
+      }
+    }
+  });
+
   it('refuses an object whose program does not read its .bss exactly once, and a missing program', () => {
     const shared = tempPinDir();
     try {
