@@ -89,7 +89,7 @@ class ProgTemplateWrap;
 // instantiateAsync's work on a libuv worker thread.
 class InstantiateWorker : public Napi::AsyncWorker {
  public:
-  InstantiateWorker(ProgTemplateWrap* w, Napi::Object self, InstanceSpec spec, std::string what);
+  InstantiateWorker(ProgTemplateWrap* w, Napi::Object self, InstanceSpec spec);
   Napi::Promise Promise() { return deferred_.Promise(); }
   void Execute() override { r_ = LoadInstance(spec_); }
   void OnOK() override;
@@ -99,7 +99,6 @@ class InstantiateWorker : public Napi::AsyncWorker {
   Napi::ObjectReference self_;
   ProgTemplateWrap* w_;
   InstanceSpec spec_;
-  std::string what_;
   InstanceResult r_;
   Napi::Promise::Deferred deferred_;
 };
@@ -190,7 +189,7 @@ class ProgTemplateWrap : public Napi::ObjectWrap<ProgTemplateWrap> {
   }
 
   void Require(Napi::Env env, const char* op) {
-    if (!obj_ || closed_) throw Napi::Error::New(env, "ProgTemplate " + path_ + ": " + op + " after close()");
+    if (closed_) throw Napi::Error::New(env, "ProgTemplate " + path_ + ": " + op + " after close()");
   }
 
   Napi::Value InsnCount(const Napi::CallbackInfo& info) {
@@ -198,7 +197,7 @@ class ProgTemplateWrap : public Napi::ObjectWrap<ProgTemplateWrap> {
   }
 
   Napi::Value ProgFd(const Napi::CallbackInfo& info) {
-    return Napi::Number::New(info.Env(), obj_ && !closed_ ? progFd_ : -1);
+    return Napi::Number::New(info.Env(), closed_ ? -1 : progFd_);
   }
 
   // instantiate() -> { progFd, mapFd } (the caller's to close): a fresh
@@ -221,7 +220,7 @@ class ProgTemplateWrap : public Napi::ObjectWrap<ProgTemplateWrap> {
     Napi::Env env = info.Env();
     Require(env, "instantiateAsync()");
     inflight_++;
-    auto* worker = new InstantiateWorker(this, Value(), Spec(), path_ + ": " + progName_);
+    auto* worker = new InstantiateWorker(this, Value(), Spec());
     Napi::Promise p = worker->Promise();
     worker->Queue();
     return p;
@@ -231,7 +230,7 @@ class ProgTemplateWrap : public Napi::ObjectWrap<ProgTemplateWrap> {
   // An instance load in flight ended (InstantiateWorker, JS thread): a close()
   // that came meanwhile closes the object now.
   void Finished() {
-    if (--inflight_ == 0 && closePending_) CloseObject();
+    if (--inflight_ == 0 && closed_) CloseObject();
   }
 
   static Napi::Object Fds(Napi::Env env, const InstanceResult& r) {
@@ -260,22 +259,21 @@ class ProgTemplateWrap : public Napi::ObjectWrap<ProgTemplateWrap> {
 
   void Close(const Napi::CallbackInfo&) {
     // the template's map fds; instances hold their own references
-    if (inflight_ > 0) closePending_ = true;
-    else CloseObject();
     closed_ = true;
+    if (inflight_ == 0) CloseObject();
   }
 
   void CloseObject() {
     if (obj_) bpf_object__close(obj_);
     obj_ = nullptr;
-    closePending_ = false;
   }
 
   std::string path_, progName_, license_;
   bpf_object* obj_ = nullptr;
-  // instantiateAsync loads not finished yet; a close() meanwhile is pending
+  // instantiateAsync loads not finished yet: a close() meanwhile leaves obj_
+  // open until the last one is done (Finished)
   int inflight_ = 0;
-  bool closePending_ = false, closed_ = false;
+  bool closed_ = false;
   std::vector<bpf_insn> insns_;
   size_t mapIdx_ = 0;
   __u32 valueSize_ = 0;
@@ -284,12 +282,11 @@ class ProgTemplateWrap : public Napi::ObjectWrap<ProgTemplateWrap> {
   bpf_attach_type attach_ = BPF_CGROUP_INET_INGRESS;
 };
 
-InstantiateWorker::InstantiateWorker(ProgTemplateWrap* w, Napi::Object self, InstanceSpec spec, std::string what)
+InstantiateWorker::InstantiateWorker(ProgTemplateWrap* w, Napi::Object self, InstanceSpec spec)
     : Napi::AsyncWorker(self.Env(), "meshcap:prog_template_instantiate"),
       self_(Napi::Persistent(self)),  // keeps the template alive while loading
       w_(w),
       spec_(std::move(spec)),
-      what_(std::move(what)),
       deferred_(Napi::Promise::Deferred::New(self.Env())) {}
 
 void InstantiateWorker::OnOK() {
