@@ -46,6 +46,12 @@ const opt = parseOptions(import.meta.url, 'bench:scale', {
   // who execs the plugin: the native launcher, as a runtime (default), or this Node process (runs before 2026-11-25 evening)
   exec: { type: 'string', default: 'launcher' },
   concurrency: { type: 'string', default: '16' },
+  // `meshcap status` runs per size (the row shows their median: one run of
+  // ~1 s read ±10% between runs on this host)
+  'status-runs': { type: 'string', default: '3' },
+  // another build's bin/meshcap, its status run alternated with this one's
+  // at each size (an A/B of status in one run, same pods, same minutes)
+  'status-alt': { type: 'string' },
   // default: the DaemonSet's NODE_OPTIONS (deploy/meshcap.yaml); '' measures without
   'agent-node-options': { type: 'string' },
   // sizes after which the agent is watched for one self-check period (default: the last size; '' none)
@@ -71,6 +77,10 @@ const SAMPLE = Number(opt.sample);
 const WARMUP = Number(opt.warmup);
 const RESTART_AT = new Set(opt['restart-at'].split(',').filter(Boolean).map(Number));
 const CONC = Number(opt.concurrency);
+const STATUS_RUNS = Number(opt['status-runs']);
+if (!Number.isInteger(STATUS_RUNS) || STATUS_RUNS < 1) throw new Error('--status-runs: a whole number, 1 or more');
+const STATUS_ALT = opt['status-alt'] ? path.resolve(opt['status-alt']) : undefined;
+if (STATUS_ALT && !existsSync(STATUS_ALT)) throw new Error(`--status-alt ${STATUS_ALT}: no such file (another build's bin/meshcap)`);
 if (!['yes', 'no'].includes(opt.drain)) throw new Error('--drain: yes or no');
 if (!['launcher', 'node'].includes(opt.exec)) throw new Error('--exec: launcher or node');
 const DRAIN = opt.drain === 'yes' && SIZES.length > 1;
@@ -359,8 +369,10 @@ interface Sample {
   agentRssMiB: number;
   agentMem: Mem;
   /** cpuMs: the command's CPU time (user + system, 10 ms ticks): wall time moves with the machine's load. */
-  status: { ms: number; cpuMs: number; exitCode: number | null; pods: number };
+  status: StatusRuns & { exitCode: number | null; pods: number; alt?: StatusRuns & { bin: string } };
 }
+/** ms, cpuMs: the median run's; runsMs, runsCpuMs: every run, in order. */
+interface StatusRuns { ms: number; cpuMs: number; runsMs: number[]; runsCpuMs: number[] }
 interface SizeResult extends Sample {
   /** One self-check period watched after the sample and `meshcap status` (--watch-self-check). */
   selfCheckWatch?: SelfCheckWatch;
@@ -412,19 +424,35 @@ async function sampleAt(size: number, tag: string, label = ''): Promise<Sample> 
     addAgentMs.push(v);
   }
 
-  const c0 = childCpuMs();
-  const s0 = performance.now();
   // BENCH_SCALE_STATUS_NODE_ARGS='--cpu-prof --cpu-prof-dir=/tmp/p': node flags for `meshcap status` (a profile of it)
   const statusNodeArgs = (process.env.BENCH_SCALE_STATUS_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const st = spawnSync(process.execPath, [...statusNodeArgs, MESHCAP, 'status', '-o', 'json', '--state-dir', stateDir, '--pin-root', pinRoot, '--socket', socket], { maxBuffer: 1 << 30, encoding: 'utf8' });
-  const statusMs = performance.now() - s0;
-  const statusCpuMs = childCpuMs() - c0;
-  let statusPods = -1;
-  try {
-    statusPods = (JSON.parse(st.stdout) as { pods: unknown[] }).pods.length;
-  } catch { /* reported as -1 */ }
-  const res: Sample = { pods: size, loadavg, addExecToExit: summary(addMs), addSamplesMs: addMs.map((ms) => Math.round(ms * 1000) / 1000), addAgent: summary(addAgentMs), addAgentCpuUs, delExecToExit: summary(delMs), agentRssMiB: rss, agentMem: mem, status: { ms: statusMs, cpuMs: statusCpuMs, exitCode: st.status, pods: statusPods } };
-  log(`${size} pods${label}: ADD p50 ${res.addExecToExit.p50.toFixed(2)} ms (agent ${res.addAgent.p50.toFixed(2)} ms, its CPU ${addAgentCpuUs.toFixed(0)} µs per ADD), RSS ${memText(mem)}, status ${statusMs.toFixed(0)} ms, CPU ${statusCpuMs} ms (${statusPods} pods, exit ${st.status})`);
+  const statusOnce = (bin: string) => {
+    const c0 = childCpuMs();
+    const s0 = performance.now();
+    const st = spawnSync(process.execPath, [...statusNodeArgs, bin, 'status', '-o', 'json', '--state-dir', stateDir, '--pin-root', pinRoot, '--socket', socket], { maxBuffer: 1 << 30, encoding: 'utf8' });
+    const ms = performance.now() - s0;
+    let pods = -1;
+    try {
+      pods = (JSON.parse(st.stdout) as { pods: unknown[] }).pods.length;
+    } catch { /* reported as -1 */ }
+    return { ms, cpuMs: childCpuMs() - c0, exitCode: st.status, pods };
+  };
+  const runs: ReturnType<typeof statusOnce>[] = [];
+  const altRuns: ReturnType<typeof statusOnce>[] = [];
+  for (let i = 0; i < STATUS_RUNS; i++) {
+    // alternated, the alternative first every other time (neither always runs on a warmer cache)
+    const order = STATUS_ALT && i % 2 === 1 ? [STATUS_ALT, MESHCAP] : [MESHCAP, ...(STATUS_ALT ? [STATUS_ALT] : [])];
+    for (const bin of order) (bin === MESHCAP ? runs : altRuns).push(statusOnce(bin));
+  }
+  const medianRun = (rs: typeof runs): StatusRuns => {
+    const mid = [...rs].sort((a, b) => a.ms - b.ms)[(rs.length - 1) >> 1]!;
+    return { ms: mid.ms, cpuMs: mid.cpuMs, runsMs: rs.map((r) => Math.round(r.ms)), runsCpuMs: rs.map((r) => r.cpuMs) };
+  };
+  const bad = [...runs, ...altRuns].find((r) => r.exitCode !== runs[0]!.exitCode || r.pods !== runs[0]!.pods);
+  if (bad) throw new Error(`meshcap status runs disagree at ${size} pods: exit ${runs[0]!.exitCode} / ${bad.exitCode}, ${runs[0]!.pods} / ${bad.pods} pods`);
+  const status: Sample['status'] = { ...medianRun(runs), exitCode: runs[0]!.exitCode, pods: runs[0]!.pods, ...(STATUS_ALT ? { alt: { bin: STATUS_ALT, ...medianRun(altRuns) } } : {}) };
+  const res: Sample = { pods: size, loadavg, addExecToExit: summary(addMs), addSamplesMs: addMs.map((ms) => Math.round(ms * 1000) / 1000), addAgent: summary(addAgentMs), addAgentCpuUs, delExecToExit: summary(delMs), agentRssMiB: rss, agentMem: mem, status };
+  log(`${size} pods${label}: ADD p50 ${res.addExecToExit.p50.toFixed(2)} ms (agent ${res.addAgent.p50.toFixed(2)} ms, its CPU ${addAgentCpuUs.toFixed(0)} µs per ADD), RSS ${memText(mem)}, status ${status.ms.toFixed(0)} ms, CPU ${status.cpuMs} ms (median of ${STATUS_RUNS}: ${status.runsMs.join(' / ')}; ${status.pods} pods, exit ${status.exitCode})${status.alt ? `; --status-alt ${status.alt.ms.toFixed(0)} ms, CPU ${status.alt.cpuMs} ms (${status.alt.runsMs.join(' / ')})` : ''}`);
   return res;
 }
 
