@@ -156,6 +156,7 @@ interface Binding {
   progDetach(progFd: number, targetFd: number, attachType: number): void;
   linkInfo(fd: number): LinkInfo;
   linksProveNetns(pins: string[], netnsPaths: string[]): boolean[];
+  linksProveNetnsAsync(pins: string[], netnsPaths: string[]): Promise<boolean[]>;
   progInfo(fd: number): ProgInfo;
   cgroupPrograms(cgroupPath: string, attachType: number): { id: number; name: string }[];
   ProgTemplate: new (path: string, opts: ProgTemplateOptions) => ProgTemplate;
@@ -261,6 +262,10 @@ export function linkInfo(fd: number): LinkInfo {
  */
 export function linksProveNetns(pins: string[], netnsPaths: string[]): boolean[] {
   return native.linksProveNetns(pins, netnsPaths);
+}
+/** linksProveNetns on a libuv worker thread: the JS thread does other work meanwhile. */
+export function linksProveNetnsAsync(pins: string[], netnsPaths: string[]): Promise<boolean[]> {
+  return native.linksProveNetnsAsync(pins, netnsPaths);
 }
 export function progInfo(fd: number): ProgInfo {
   return native.progInfo(fd);

@@ -146,10 +146,19 @@ export function linkProvesNetns(pinRoot: string, netns: bigint, netnsPath: strin
   }
 }
 
+function proofArgs(pinRoot: string, pods: { netns: bigint; netnsPath: string }[]): [string[], string[]] {
+  const L = pinLayout(pinRoot);
+  return [pods.map((p) => L.podInbound(p.netns)), pods.map((p) => p.netnsPath)];
+}
+
 /** linkProvesNetns for many pods in one native call (a pass over every pod). */
 export function linksProveNetns(pinRoot: string, pods: { netns: bigint; netnsPath: string }[]): boolean[] {
-  const L = pinLayout(pinRoot);
-  return bpf.linksProveNetns(pods.map((p) => L.podInbound(p.netns)), pods.map((p) => p.netnsPath));
+  return bpf.linksProveNetns(...proofArgs(pinRoot, pods));
+}
+
+/** linksProveNetns on a worker thread: the caller's JS runs meanwhile. */
+export function linksProveNetnsAsync(pinRoot: string, pods: { netns: bigint; netnsPath: string }[]): Promise<boolean[]> {
+  return bpf.linksProveNetnsAsync(...proofArgs(pinRoot, pods));
 }
 
 export function hasPodInbound(pinRoot: string, netns: bigint): boolean {

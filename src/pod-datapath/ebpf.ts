@@ -14,7 +14,7 @@ import { PodMaps, type KeySnapshot } from '../maps/registry.js';
 import type { CaptureConfig } from '../redirect/config.js';
 import { addPassthroughV6, netnsCookie, netnsProblem } from '../pod-netns.js';
 import type { PodBackend, PodSetup, RemoveOutcome } from './backend.js';
-import { attachPodInbound, detachPodInbound, hasPodInbound, linkProvesNetns, linksProveNetns } from './ebpf-inbound.js';
+import { attachPodInbound, detachPodInbound, hasPodInbound, linkProvesNetns, linksProveNetns, linksProveNetnsAsync } from './ebpf-inbound.js';
 import { InboundPool } from './inbound-pool.js';
 import { listenerSnapshot, refillPodListeners, type ListenerRefill, type NetnsProcesses } from './ebpf-listeners.js';
 
@@ -100,10 +100,22 @@ export class EbpfBackend implements PodBackend {
 
   /** The pod's map entries and inbound link against its config (no netns needed). */
   checkEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[], snap?: KeySnapshot): string[] {
-    assertSupported(cfg, podIPs);
-    const problems = this.maps.diff(netns, cfg, podIPs, snap);
-    if (cfg.parsed.inboundCapture && !snap?.inboundSeen.has(netns) && !hasPodInbound(this.pinRoot, netns)) problems.push('no inbound sk_lookup link pinned');
+    const problems = this.checkMapEntries(netns, cfg, podIPs, snap);
+    const link = this.checkInboundLink(netns, cfg, snap);
+    if (link) problems.push(link);
     return problems;
+  }
+
+  /** checkEntries' map part: what differs in the pod's map entries (empty: none). */
+  checkMapEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[], snap?: KeySnapshot): string[] {
+    assertSupported(cfg, podIPs);
+    return this.maps.diff(netns, cfg, podIPs, snap);
+  }
+
+  /** checkEntries' link part: a pod that captures inbound has its sk_lookup link pinned (a snapshot's seen links need no look). */
+  checkInboundLink(netns: bigint, cfg: CaptureConfig, snap?: KeySnapshot): string | undefined {
+    if (cfg.parsed.inboundCapture && !snap?.inboundSeen.has(netns) && !hasPodInbound(this.pinRoot, netns)) return 'no inbound sk_lookup link pinned';
+    return undefined;
   }
 
   /**
@@ -122,6 +134,15 @@ export class EbpfBackend implements PodBackend {
     const shown = linksProveNetns(this.pinRoot, pods);
     if (snap) pods.forEach((p, i) => shown[i] && snap.inboundSeen.add(p.netns));
     return shown;
+  }
+
+  /**
+   * netnsShownLiveMany with the syscalls on a worker thread (`meshcap status`
+   * compares the pods' entries meanwhile). Notes no link in a snapshot: the
+   * caller checks the links of the pods it shows (linkCheck).
+   */
+  netnsShownLiveManyAsync(pods: { netnsPath: string; netns: bigint }[]): Promise<boolean[]> {
+    return linksProveNetnsAsync(this.pinRoot, pods);
   }
 
   /**

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "common.h"
@@ -121,53 +122,111 @@ Napi::Value CgroupPrograms(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// For each (pin, netns path) pair: does the link pinned at pin live in the
-// netns that path names now? (src/pod-datapath/ebpf-inbound.ts linkProvesNetns,
-// for a pass over every pod in one call: the per-pod cost is the syscalls, not
-// four round trips through N-API.) Anything that does not prove it is false.
-Napi::Value LinksProveNetns(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (info.Length() < 2 || !info[0].IsArray() || !info[1].IsArray())
-    ThrowType(env, "linksProveNetns: pins and netnsPaths must be arrays of strings");
-  Napi::Array pins = info[0].As<Napi::Array>(), paths = info[1].As<Napi::Array>();
-  if (pins.Length() != paths.Length())
-    ThrowType(env, "linksProveNetns: " + std::to_string(pins.Length()) + " pins but " +
-                       std::to_string(paths.Length()) + " netns paths");
-  struct stat nsfs {};
-  bool haveNsfs = stat("/proc/self/ns/net", &nsfs) == 0;
-  Napi::Array out = Napi::Array::New(env, pins.Length());
-  for (uint32_t i = 0; i < pins.Length(); i++) {
-    Napi::Value p = pins.Get(i), n = paths.Get(i);
-    if (!p.IsString() || !n.IsString())
-      ThrowType(env, "linksProveNetns: pins[" + std::to_string(i) + "] and netnsPaths[" +
-                         std::to_string(i) + "] must be strings");
-    bool proven = false;
-    int fd = haveNsfs ? bpf_obj_get(p.As<Napi::String>().Utf8Value().c_str()) : -1;
-    if (fd >= 0) {
-      char link[64], target[64];
-      snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-      ssize_t len = readlink(link, target, sizeof(target) - 1);
-      std::string kind = len > 0 ? std::string(target, static_cast<size_t>(len)) : "";
-      bpf_link_info li{};
-      __u32 ilen = sizeof(li);
-      if ((kind == "anon_inode:bpf-link" || kind == "anon_inode:bpf_link") &&
-          bpf_obj_get_info_by_fd(fd, &li, &ilen) == 0 && li.type == BPF_LINK_TYPE_NETNS &&
-          li.netns.netns_ino != 0) {
-        struct stat st {};
-        proven = stat(n.As<Napi::String>().Utf8Value().c_str(), &st) == 0 &&
-                 st.st_ino == li.netns.netns_ino && st.st_dev == nsfs.st_dev;
-      }
-      close(fd);
-    }
-    out.Set(i, Napi::Boolean::New(env, proven));
+// Does the link pinned at `pin` live in the netns `netnsPath` names now
+// (src/pod-datapath/ebpf-inbound.ts linkProvesNetns)? Anything that does not
+// prove it is false. No N-API: the async form runs it on a libuv worker.
+bool LinkProvesNetns(const std::string& pin, const std::string& netnsPath, const struct stat& nsfs) {
+  int fd = bpf_obj_get(pin.c_str());
+  if (fd < 0) return false;
+  bool proven = false;
+  // a pinned program or map has other info: only a link's says netns
+  char link[64], target[64];
+  snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+  ssize_t len = readlink(link, target, sizeof(target) - 1);
+  std::string kind = len > 0 ? std::string(target, static_cast<size_t>(len)) : "";
+  bpf_link_info li{};
+  __u32 ilen = sizeof(li);
+  if ((kind == "anon_inode:bpf-link" || kind == "anon_inode:bpf_link") &&
+      bpf_obj_get_info_by_fd(fd, &li, &ilen) == 0 && li.type == BPF_LINK_TYPE_NETNS && li.netns.netns_ino != 0) {
+    struct stat st {};
+    proven = stat(netnsPath.c_str(), &st) == 0 && st.st_ino == li.netns.netns_ino && st.st_dev == nsfs.st_dev;
   }
+  close(fd);
+  return proven;
+}
+
+std::vector<bool> ProveAll(const std::vector<std::string>& pins, const std::vector<std::string>& paths) {
+  std::vector<bool> out(pins.size(), false);
+  struct stat nsfs {};
+  if (stat("/proc/self/ns/net", &nsfs) != 0) return out;
+  for (size_t i = 0; i < pins.size(); i++) out[i] = LinkProvesNetns(pins[i], paths[i], nsfs);
   return out;
+}
+
+// (pins, netnsPaths) as two vectors of strings, checked.
+void ProofArgs(const Napi::CallbackInfo& info, const char* fn, std::vector<std::string>* pins,
+               std::vector<std::string>* paths) {
+  Napi::Env env = info.Env();
+  const std::string name(fn);
+  if (info.Length() < 2 || !info[0].IsArray() || !info[1].IsArray())
+    ThrowType(env, name + ": pins and netnsPaths must be arrays of strings");
+  Napi::Array p = info[0].As<Napi::Array>(), n = info[1].As<Napi::Array>();
+  if (p.Length() != n.Length())
+    ThrowType(env, name + ": " + std::to_string(p.Length()) + " pins but " + std::to_string(n.Length()) +
+                       " netns paths");
+  pins->reserve(p.Length());
+  paths->reserve(n.Length());
+  for (uint32_t i = 0; i < p.Length(); i++) {
+    Napi::Value a = p.Get(i), b = n.Get(i);
+    if (!a.IsString() || !b.IsString())
+      ThrowType(env, name + ": pins[" + std::to_string(i) + "] and netnsPaths[" + std::to_string(i) +
+                         "] must be strings");
+    pins->push_back(a.As<Napi::String>().Utf8Value());
+    paths->push_back(b.As<Napi::String>().Utf8Value());
+  }
+}
+
+Napi::Array ProofArray(Napi::Env env, const std::vector<bool>& proven) {
+  Napi::Array out = Napi::Array::New(env, proven.size());
+  for (size_t i = 0; i < proven.size(); i++) out.Set(static_cast<uint32_t>(i), Napi::Boolean::New(env, proven[i]));
+  return out;
+}
+
+// For each (pin, netns path) pair, LinkProvesNetns: a pass over every pod in
+// one call (the per-pod cost is the syscalls, not four round trips through N-API).
+Napi::Value LinksProveNetns(const Napi::CallbackInfo& info) {
+  std::vector<std::string> pins, paths;
+  ProofArgs(info, "linksProveNetns", &pins, &paths);
+  return ProofArray(info.Env(), ProveAll(pins, paths));
+}
+
+// The same on a libuv worker (a promise): `meshcap status` compares 10,000
+// pods' map entries on the JS thread meanwhile (~15 us of syscalls per pod).
+class ProveWorker : public Napi::AsyncWorker {
+ public:
+  ProveWorker(Napi::Env env, std::vector<std::string> pins, std::vector<std::string> paths)
+      : Napi::AsyncWorker(env, "meshcap:links_prove_netns"),
+        pins_(std::move(pins)),
+        paths_(std::move(paths)),
+        deferred_(Napi::Promise::Deferred::New(env)) {}
+  Napi::Promise Promise() { return deferred_.Promise(); }
+  void Execute() override { proven_ = ProveAll(pins_, paths_); }
+  void OnOK() override {
+    Napi::HandleScope scope(Env());
+    deferred_.Resolve(ProofArray(Env(), proven_));
+  }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  std::vector<std::string> pins_, paths_;
+  std::vector<bool> proven_;
+  Napi::Promise::Deferred deferred_;
+};
+
+Napi::Value LinksProveNetnsAsync(const Napi::CallbackInfo& info) {
+  std::vector<std::string> pins, paths;
+  ProofArgs(info, "linksProveNetnsAsync", &pins, &paths);
+  auto* w = new ProveWorker(info.Env(), std::move(pins), std::move(paths));
+  Napi::Promise p = w->Promise();
+  w->Queue();  // the worker deletes itself when done
+  return p;
 }
 
 }  // namespace
 
 void InitInfo(Napi::Env env, Napi::Object exports) {
   exports.Set("linksProveNetns", Napi::Function::New(env, LinksProveNetns, "linksProveNetns"));
+  exports.Set("linksProveNetnsAsync", Napi::Function::New(env, LinksProveNetnsAsync, "linksProveNetnsAsync"));
   exports.Set("cgroupPrograms", Napi::Function::New(env, CgroupPrograms, "cgroupPrograms"));
   exports.Set("linkInfo", Napi::Function::New(env, LinkInfo, "linkInfo"));
   exports.Set("progInfo", Napi::Function::New(env, ProgInfo, "progInfo"));

@@ -189,6 +189,32 @@ describeEbpf('pod inbound program pool', () => {
     const gone = await lab.netns('plgone');
     const goneCookie = await be!.register({ netns: gone.path, config: istioCapture({ ips: ['198.18.49.1'], ipv6: false }), podIPs: ['198.18.49.1'] });
     expect(be!.netnsShownLive(gone.path, goneCookie)).toBe(true);
+    // A pinned object that is not a link, where a pod's link would be: never a proof.
+    const notLink = cookie + 7n;
+    const notLinkPin = pinLayout(pinRoot).podInbound(notLink);
+    const mapFd = bpf.objGet(path.join(pinLayout(pinRoot).maps, 'mc_pods'));
+    try {
+      mkdirSync(path.dirname(notLinkPin), { recursive: true });
+      bpf.objPin(mapFd, notLinkPin);
+    } finally {
+      bpf.closeFd(mapFd);
+    }
+    try {
+      // the batch forms, on the JS thread and on a worker, give the one-by-one answers
+      const asked = [
+        { netnsPath: pod.path, netns: cookie },
+        { netnsPath: pods[1]!.path, netns: cookie },
+        { netnsPath: pod.path, netns: cookie + 1n },
+        { netnsPath: gone.path, netns: goneCookie },
+        { netnsPath: pod.path, netns: notLink },
+      ];
+      expect(be!.netnsShownLiveMany(asked)).toEqual([true, false, false, true, false]);
+      expect(await be!.netnsShownLiveManyAsync(asked)).toEqual([true, false, false, true, false]);
+      expect(await be!.netnsShownLiveManyAsync([])).toEqual([]);
+      expect(() => bpf.linksProveNetnsAsync(['a'], []), 'pins and paths of other lengths').toThrow(/1 pins but 0 netns paths/);
+    } finally {
+      rmSync(path.dirname(notLinkPin), { recursive: true, force: true });
+    }
     await execa('ip', ['netns', 'del', gone.name]);
     // the link stays pinned; its netns path is gone (and the link reports inode 0 once the netns is cleaned up)
     expect(existsSync(pinLayout(pinRoot).podInbound(goneCookie))).toBe(true);
