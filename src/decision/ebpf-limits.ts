@@ -50,13 +50,18 @@ export function configLimit(cfg: CaptureConfig, podIPs: readonly string[]): Ebpf
   // programs always leave loopback alone.
   if (p.outboundIncludesLoopback) return { setting: 'includeOutboundIPRanges', detail: 'a range covering loopback' };
   // The programs hard-code Istio's default 127.0.0.1/32.
-  if (cidrToString(p.hostIPv4Loopback) !== '127.0.0.1/32') {
+  const lo = p.hostIPv4Loopback;
+  if (lo.prefix !== 32 || lo.address !== '127.0.0.1') {
     return { setting: 'ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR', detail: `${cidrToString(p.hostIPv4Loopback)} (only 127.0.0.1/32)` };
   }
-  // mc_pod has MC_POD_ADDRS slots per family.
-  const families = podIPs.map((ip) => parseAddr(ip)?.family);
-  if (families.filter((f) => f === 4).length > MC_POD_ADDRS || families.filter((f) => f === 6).length > MC_POD_ADDRS) {
-    return { setting: 'pod addresses', detail: `more than ${MC_POD_ADDRS} addresses per family` };
+  // mc_pod has MC_POD_ADDRS slots per family (no family can have more when
+  // the pod has no more addresses in all: no parse then, as for every pod
+  // of a `meshcap status` or self-check pass).
+  if (podIPs.length > MC_POD_ADDRS) {
+    const families = podIPs.map((ip) => parseAddr(ip)?.family);
+    if (families.filter((f) => f === 4).length > MC_POD_ADDRS || families.filter((f) => f === 6).length > MC_POD_ADDRS) {
+      return { setting: 'pod addresses', detail: `more than ${MC_POD_ADDRS} addresses per family` };
+    }
   }
   return undefined;
 }

@@ -10,6 +10,8 @@
 import type { MapEntries } from '../native/addon.js';
 
 const LO = 0xffffffffn;
+/** The last cookie looked up, split into u32 halves (see span). */
+const halves = { cookie: -1n, h: 0, l: 0 };
 
 /**
  * Cookie -> V over one map's entries. `at`: where the u64 cookie sits in a
@@ -47,18 +49,24 @@ export class CookieMap<V> implements Iterable<[bigint, V]> {
 
   /** [first, end) in `order` of the cookie's entries as read. */
   private span(cookie: bigint): [number, number] {
-    const h = Number((cookie >> 32n) & LO);
-    const l = Number(cookie & LO);
-    const below = (i: number) => this.hi[i]! < h || (this.hi[i] === h && this.lo[i]! < l);
+    // A pass asks several maps for one pod in a row: its halves are split once.
+    if (cookie !== halves.cookie) {
+      halves.cookie = cookie;
+      halves.h = Number((cookie >> 32n) & LO);
+      halves.l = Number(cookie & LO);
+    }
+    const { h, l } = halves;
+    const hi = this.hi;
+    const lo = this.lo;
     let a = 0;
     let b = this.order.length;
     while (a < b) {
       const m = (a + b) >>> 1;
-      if (below(m)) a = m + 1;
+      if (hi[m]! < h || (hi[m] === h && lo[m]! < l)) a = m + 1;
       else b = m;
     }
     let end = a;
-    while (end < this.order.length && this.hi[end] === h && this.lo[end] === l) end++;
+    while (end < this.order.length && hi[end] === h && lo[end] === l) end++;
     return [a, end];
   }
 

@@ -4,7 +4,7 @@
 // (src/decision/ebpf-limits.ts), and the eBPF backend never hands such a
 // config here.
 import type { CaptureConfig, Cidr } from '../redirect/config.js';
-import { parseAddr } from '../redirect/cidr.js';
+import { parseAddrBytes } from '../redirect/cidr.js';
 import {
   CidrKind, MAP, MC_CIDR_KEY_BITS, MC_POD_ADDRS, MC_PORT_RANGES, PodFlag, PortKind,
   mcCidrKey, mcPod, mcPortKey, mcPortRange, mcPortRangeKey, mcStats, u64Key,
@@ -58,7 +58,7 @@ export function splitPorts(list: readonly number[]): { singles: number[]; ranges
 const NO_ID = 0xffffffff; // matches no uid/gid
 
 function addrBytes(ip: string): { family: 4 | 6; bytes: Buffer } {
-  const parsed = parseAddr(ip);
+  const parsed = parseAddrBytes(ip);
   if (!parsed) throw new Error(`pod address "${ip}" is not an IP address`);
   return parsed;
 }
@@ -82,6 +82,8 @@ interface ConfigTemplate {
   flags: number;
   /** Each keyed entry's key as hex around its netns (diff compares hex keys). */
   hex: Map<MapName, { before: string; after: string; value: Buffer; key: Buffer }[]>;
+  /** The mc_pods value without addresses (podValue copies it and writes the pod's). */
+  podBase?: Buffer;
 }
 const templates = new WeakMap<CaptureConfig, ConfigTemplate>();
 
@@ -171,32 +173,42 @@ function withNetns(template: Buffer, map: MapName, netns: bigint): Buffer {
   return key;
 }
 
-/** The pod's mc_pods value. */
+const POD_OFF = Object.fromEntries(mcPod.fields.map((f) => [f.name, f.offset])) as Record<'n_addr4' | 'n_addr6' | 'addr4' | 'addr6', number>;
+
+/**
+ * The pod's mc_pods value: its config's part encoded once per config, the
+ * pod's addresses written into a copy (a pass over 10,000 pods encoded the
+ * whole struct, and formatted each address back to text, per pod).
+ */
 export function podValue(cfg: CaptureConfig, podIPs: string[]): Buffer {
+  const t = templateOf(cfg);
   const p = cfg.parsed;
-  const v4: { bytes: Buffer }[] = [];
-  const v6: { bytes: Buffer }[] = [];
-  for (const ip of podIPs) {
-    const a = addrBytes(ip);
-    (a.family === 4 ? v4 : v6).push(a);
-  }
-  const addr4 = Buffer.alloc(4 * MC_POD_ADDRS);
-  v4.forEach((a, i) => addr4.set(a.bytes, i * 4));
-  const addr6 = Buffer.alloc(16 * MC_POD_ADDRS);
-  v6.forEach((a, i) => addr6.set(a.bytes, i * 16));
-  return mcPod.encode({
+  t.podBase ??= mcPod.encode({
     outbound_port: p.proxyPort,
     inbound_port: p.inboundCapturePort,
     tunnel_port: p.inboundTunnelPort,
     dns_port: p.dnsPort,
     proxy_uid: p.proxyUids[0] ?? NO_ID,
     proxy_gid: p.proxyGids[0] ?? NO_ID,
-    flags: templateOf(cfg).flags,
-    n_addr4: v4.length,
-    n_addr6: v6.length,
-    addr4,
-    addr6,
+    flags: t.flags,
+    n_addr4: 0,
+    n_addr6: 0,
+    addr4: Buffer.alloc(0),
+    addr6: Buffer.alloc(0),
   });
+  const b = Buffer.from(t.podBase);
+  let n4 = 0;
+  let n6 = 0;
+  for (const ip of podIPs) {
+    const a = addrBytes(ip);
+    const n = a.family === 4 ? n4++ : n6++;
+    // (configLimit refuses such a pod first; this keeps the codec's own check)
+    if (n >= MC_POD_ADDRS) throw new RangeError(`mc_pod.addr${a.family}: more than ${MC_POD_ADDRS} IPv${a.family} addresses do not fit`);
+    a.bytes.copy(b, a.family === 4 ? POD_OFF.addr4 + 4 * n : POD_OFF.addr6 + 16 * n);
+  }
+  b[POD_OFF.n_addr4] = n4;
+  b[POD_OFF.n_addr6] = n6;
+  return b;
 }
 
 const ZERO_STATS = mcStats.encode({ outbound: 0n, own_pod: 0n, inbound: 0n, dns: 0n, origdst: 0n });

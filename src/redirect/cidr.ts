@@ -114,12 +114,19 @@ export interface ParsedAddr {
 
 /** Parses a bare IP address (Go netip.ParseAddr semantics, no zones). */
 export function parseAddr(text: string): ParsedAddr | null {
+  const a = parseAddrBytes(text);
+  if (!a) return null;
+  return { ...a, text: a.family === 6 ? formatIPv6(a.bytes) : formatIPv4(a.bytes) };
+}
+
+/** parseAddr without the canonical text (a datapath needs only the bytes). */
+export function parseAddrBytes(text: string): { family: 4 | 6; bytes: Buffer } | null {
   if (text.includes(':')) {
     const b = parseIPv6(text);
-    return b ? { family: 6, bytes: b, text: formatIPv6(b) } : null;
+    return b ? { family: 6, bytes: b } : null;
   }
   const b = parseIPv4(text);
-  return b ? { family: 4, bytes: b, text: formatIPv4(b) } : null;
+  return b ? { family: 4, bytes: b } : null;
 }
 
 function mask(bytes: Buffer, prefix: number): Buffer {

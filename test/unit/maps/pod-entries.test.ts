@@ -28,6 +28,22 @@ describe('pod -> map entries', () => {
     expect(pod.addr6.subarray(0, 16).toString('hex')).toBe('20010db8000000000000000000000005');
   });
 
+  it('a config\'s pods share its encoded part, each with its own addresses in order; a fifth address of a family is refused', () => {
+    const cfg = istioCapture({ ips: ['198.18.0.5'] });
+    const a = mcPod.decode(podEntries(NS, cfg, ['198.18.0.5', '2001:db8::5', '198.18.0.6']).pod.value);
+    const b = mcPod.decode(podEntries(NS, cfg, ['198.18.0.7']).pod.value);
+    expect(a).toMatchObject({ n_addr4: 2, n_addr6: 1, proxy_uid: 1337 });
+    expect([...a.addr4]).toEqual([198, 18, 0, 5, 198, 18, 0, 6, ...Array(8).fill(0)]);
+    expect(a.addr6.subarray(0, 16).toString('hex')).toBe('20010db8000000000000000000000005');
+    expect(a.addr6.subarray(16).every((x) => x === 0)).toBe(true);
+    // the second pod's value is its own: nothing of the first one's addresses
+    expect(b).toMatchObject({ n_addr4: 1, n_addr6: 0, flags: a.flags });
+    expect([...b.addr4]).toEqual([198, 18, 0, 7, ...Array(12).fill(0)]);
+    expect(b.addr6.every((x) => x === 0)).toBe(true);
+    expect(() => podEntries(NS, cfg, ['198.18.0.1', '198.18.0.2', '198.18.0.3', '198.18.0.4', '198.18.0.5'])).toThrow(/more than 4 IPv4 addresses/);
+    expect(() => podEntries(NS, cfg, ['198.18.0.300'])).toThrow(/not an IP address/);
+  });
+
   it('include/exclude CIDRs become LPM keys of the right kind and prefix', () => {
     const e = podEntries(NS, istioCapture({
       ipv6: true,
