@@ -164,6 +164,33 @@ describe('StateStore', () => {
     expect(readdirSync(dir)).toEqual([]);
   });
 
+  it('reads records sharing settings as they were written: one shared settings object, every other member its own, any layout', () => {
+    const settings = settingsOf(istioCapture({ annotations: { 'traffic.sidecar.istio.io/excludeOutboundPorts': '7777' } }));
+    const written: AttachmentRecord[] = [
+      { ...rec('a1'), settings },
+      { ...rec('a2', { podIPs: ['198.18.0.6', '2001:db8::6'], modeReason: 'x\n "settings": {\n }' }), settings },
+      { ...rec('a3', { netnsCookie: null, mode: 'iptables' }), settings },
+    ];
+    for (const r of written) writeFileSync(path.join(dir, `${r.containerId}@eth0.json`), JSON.stringify(r, null, 1) + '\n');
+    // the same settings in other layouts: compact, and settings last with a member after them in another file
+    const compact = { ...rec('a4'), settings };
+    writeFileSync(path.join(dir, 'a4@eth0.json'), JSON.stringify(compact));
+    const { settings: _s, ...rest } = rec('a5');
+    const last = { ...rest, settings, podIPs: ['198.18.0.9'] } as AttachmentRecord;
+    writeFileSync(path.join(dir, 'a5@eth0.json'), JSON.stringify(last, null, 1));
+    // empty settings (one line) before an object member: not taken for the settings' text
+    const odd = { ...rec('a6'), settings: {} as AttachmentRecord['settings'], extra: { k: 1 } } as AttachmentRecord;
+    writeFileSync(path.join(dir, 'a6@eth0.json'), JSON.stringify(odd, null, 1));
+    for (let round = 0; round < 2; round++) {
+      const r = readRecords(dir);
+      expect(r.problems).toEqual([]);
+      expect(r.records).toEqual([...written, compact, last, odd]);
+      const shared = r.records.slice(0, 5).map((x) => x.settings);
+      expect(new Set(shared).size, 'one shared object').toBe(1);
+      expect(Object.isFrozen(shared[0])).toBe(true);
+    }
+  });
+
   it('reports unreadable files by name and keeps the good ones', async () => {
     const s = new StateStore(dir);
     s.open();
