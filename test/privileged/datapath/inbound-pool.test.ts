@@ -190,7 +190,7 @@ describeEbpf('pod inbound program pool', () => {
     const goneCookie = await be!.register({ netns: gone.path, config: istioCapture({ ips: ['198.18.49.1'], ipv6: false }), podIPs: ['198.18.49.1'] });
     expect(be!.netnsShownLive(gone.path, goneCookie)).toBe(true);
     // A pinned object that is not a link, where a pod's link would be: never a proof.
-    const notLink = cookie + 7n;
+    const notLink = (1n << 62n) + 7n; // netns cookies count up from 1: no netns has it
     const notLinkPin = pinLayout(pinRoot).podInbound(notLink);
     const mapFd = bpf.objGet(path.join(pinLayout(pinRoot).maps, 'mc_pods'));
     try {
