@@ -5,14 +5,20 @@
  * bytes that an app wrote before the proxy accepted its connection) runs it
  * as both ends inside a meshed pod's netns (test/privileged/datapath/byte-order.test.ts).
  *
- *   mc-order-check app --connect IPv4:PORT [--threads 32] [--conns 10000] [--chunks 64]
+ *   mc-order-check app --connect IPv4:PORT [--threads 32] [--conns 10000] [--chunks 64] [--confirm-ms 60000]
  *   mc-order-check sidecar --listen IPv4:PORT [--backlog 8] [--chunks 64]
  *                  [--accept-delay-us N] [--stall-ms S --stall-every K]
  *
  * app: THREADS threads open CONNS connections in total; on each, CHUNKS
  * numbered 16-byte chunks are written right after connect() returns, one
  * write() each (the window where the proxy has not accepted yet is exactly
- * what the test is about), then the socket is closed. Prints one JSON line.
+ * what the test is about), then the app shuts its side down and waits for
+ * the sidecar's end of the connection: EOF (the sidecar read it to its end:
+ * "confirmed"), a reset (the listener refused the connection: "reset"), or
+ * nothing within --confirm-ms ("unconfirmed": bytes that never reached the
+ * sidecar whole). So every connection the app made is accounted for by the
+ * app itself; a count of resets on the wire could not say which connection
+ * each belonged to. Prints one JSON line.
  *
  * sidecar: listen(BACKLOG), accept (optionally slowly: a delay before every
  * accept, or a stall of S ms after every K accepts, to keep the accept queue
@@ -30,6 +36,9 @@
  * up to 8 connections still open then, each with what it read and its
  * TCP_INFO (state, segments and bytes in, ms since the last data), so a
  * failure says whether the peer stalled, went away or never sent its FIN.
+ * "open_empty" counts those that never delivered a byte: with SYN cookies
+ * forced the listener has made such sockets from segments without data,
+ * with no app connection behind them (the app's own accounting says so).
  *
  * Chunk i of a connection: magic "MCOC", connection id, i, and
  * id * 2654435761 ^ i (so a chunk from another connection, or a torn chunk,
@@ -116,15 +125,52 @@ static void make_chunk(unsigned char *c, uint32_t id, uint32_t i)
 /* ------------------------------------------------------------------ app */
 
 static struct sockaddr_in dst;
-static unsigned threads = 32, conns = 10000;
+static unsigned threads = 32, conns = 10000, confirm_ms = 60000;
 static atomic_uint next_conn;
 static atomic_ulong connected, connect_errors, write_errors, short_writes;
+static atomic_ulong confirmed, resets, unconfirmed, unexpected;
 static atomic_int first_errno;
 
 static void note_errno(int e)
 {
 	int zero = 0;
 	atomic_compare_exchange_strong(&first_errno, &zero, e);
+}
+
+/* After the last write: the sidecar's EOF once it has read the connection
+ * to its end, or the listener's reset, or neither within confirm_ms. */
+static void confirm(int fd)
+{
+	struct timeval rt = { .tv_sec = confirm_ms / 1000, .tv_usec = (confirm_ms % 1000) * 1000 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &rt, sizeof(rt));
+	if (shutdown(fd, SHUT_WR) < 0) {
+		note_errno(errno);
+		atomic_fetch_add(errno == ENOTCONN || errno == ECONNRESET ? &resets : &unexpected, 1);
+		return;
+	}
+	char b[64];
+	for (;;) {
+		ssize_t n = read(fd, b, sizeof(b));
+		if (n == 0) {
+			atomic_fetch_add(&confirmed, 1);
+			return;
+		}
+		if (n > 0) { /* the sidecar never writes */
+			atomic_fetch_add(&unexpected, 1);
+			return;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == ECONNRESET || errno == EPIPE) {
+			atomic_fetch_add(&resets, 1);
+		} else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			atomic_fetch_add(&unconfirmed, 1);
+		} else {
+			note_errno(errno);
+			atomic_fetch_add(&unexpected, 1);
+		}
+		return;
+	}
 }
 
 static void *app_thread(void *arg)
@@ -149,19 +195,23 @@ static void *app_thread(void *arg)
 			continue;
 		}
 		atomic_fetch_add(&connected, 1);
-		for (unsigned i = 0; i < chunks; i++) {
+		int failed = 0;
+		for (unsigned i = 0; i < chunks && !failed; i++) {
 			make_chunk(c, id, i);
 			ssize_t n = write(fd, c, CHUNK);
 			if (n < 0) {
 				note_errno(errno);
 				atomic_fetch_add(&write_errors, 1);
-				break;
-			}
-			if (n != CHUNK) { /* a stream may take part of a write; the rest would still be in order */
+				failed = errno;
+			} else if (n != CHUNK) { /* a stream may take part of a write; the rest would still be in order */
 				atomic_fetch_add(&short_writes, 1);
-				break;
+				failed = -1;
 			}
 		}
+		if (failed == ECONNRESET || failed == EPIPE)
+			atomic_fetch_add(&resets, 1);
+		else if (!failed)
+			confirm(fd);
 		close(fd);
 	}
 }
@@ -180,8 +230,9 @@ static int app_main(void)
 		pthread_join(t[i], NULL);
 	int e = atomic_load(&first_errno);
 	printf("{\"mode\":\"app\",\"attempted\":%u,\"connected\":%lu,\"connect_errors\":%lu,\"write_errors\":%lu,\"short_writes\":%lu,"
-	       "\"first_error\":\"%s\",\"ms\":%.0f}\n",
+	       "\"confirmed\":%lu,\"reset\":%lu,\"unconfirmed\":%lu,\"unexpected\":%lu,\"first_error\":\"%s\",\"ms\":%.0f}\n",
 	       conns, atomic_load(&connected), atomic_load(&connect_errors), atomic_load(&write_errors), atomic_load(&short_writes),
+	       atomic_load(&confirmed), atomic_load(&resets), atomic_load(&unconfirmed), atomic_load(&unexpected),
 	       e ? strerror(e) : "", now_ms() - t0);
 	return 0;
 }
@@ -373,9 +424,12 @@ static int sidecar_main(const char *listen_at, int backlog, unsigned accept_dela
 			}
 		}
 	}
+	unsigned long long open_empty = 0;
+	for (struct conn *c = open_list.next; c != &open_list; c = c->next)
+		open_empty += c->len == 0;
 	printf("{\"event\":\"summary\",\"connections\":%llu,\"ok\":%llu,\"reordered\":%llu,\"short\":%llu,\"long\":%llu,\"errors\":%llu,"
-	       "\"open\":%llu,\"drain_ms\":%.0f,\"example\":{\"conn\":%lld,\"pos\":%u,\"got\":%d},\"unfinished\":[",
-	       accepted, ok, reordered, shortc, longc, errors, accepted - (ok + reordered + shortc + errors + longc), expect >= 0 ? now_ms() - expect_at : 0.0, example, example_pos,
+	       "\"open\":%llu,\"open_empty\":%llu,\"drain_ms\":%.0f,\"example\":{\"conn\":%lld,\"pos\":%u,\"got\":%d},\"unfinished\":[",
+	       accepted, ok, reordered, shortc, longc, errors, accepted - (ok + reordered + shortc + errors + longc), open_empty, expect >= 0 ? now_ms() - expect_at : 0.0, example, example_pos,
 	       example < 0 ? -1 : (int)example_got);
 	/* Why a connection is still open when the sidecar stops: what it has
 	 * read, and its TCP state (a peer still retransmitting, a lost FIN). */
@@ -413,7 +467,7 @@ static unsigned num(const char *s, unsigned max)
 
 int main(int argc, char **argv)
 {
-	const char *usage = "usage: mc-order-check app --connect IPv4:PORT [--threads N] [--conns N] [--chunks N]\n"
+	const char *usage = "usage: mc-order-check app --connect IPv4:PORT [--threads N] [--conns N] [--chunks N] [--confirm-ms 60000]\n"
 			    "       mc-order-check sidecar --listen IPv4:PORT [--backlog N] [--chunks N] [--accept-delay-us N] [--stall-ms S --stall-every K] [--quiet-ms 5000]\n";
 	if (argc < 2) {
 		fputs(usage, stderr);
@@ -447,6 +501,8 @@ int main(int argc, char **argv)
 			stall_every = num(v, 10000000);
 		else if (!strcmp(o, "--quiet-ms"))
 			quiet_ms = num(v, 60000);
+		else if (!strcmp(o, "--confirm-ms"))
+			confirm_ms = num(v, 600000);
 		else {
 			fputs(usage, stderr);
 			return 2;
