@@ -9,8 +9,8 @@ import { cookieOf, type AttachmentRecord, type StateStore } from './state-store.
 
 export interface AgentMetrics {
   registry: Registry;
-  /** One pod outcome of a reconcile pass (start, self-check). */
-  reconciled(outcome: 'ok' | 'restored' | 'dropped' | 'failed', trigger: string): void;
+  /** n pod outcomes of a reconcile pass (start, self-check). */
+  reconciled(outcome: 'ok' | 'restored' | 'dropped' | 'failed', trigger: string, n?: number): void;
   /** A self-check found the node-wide datapath gone and reloaded it. */
   nodeReloaded(): void;
   /** Pods whose datapath could not be restored in the last pass. */
@@ -216,7 +216,7 @@ export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | nu
 
   return {
     registry,
-    reconciled: (outcome, trigger) => reconciled.inc({ outcome, trigger }),
+    reconciled: (outcome, trigger, n = 1) => reconciled.inc({ outcome, trigger }, n),
     nodeReloaded: () => nodeReloads.inc(),
     setUnrestored: (n) => unrestored.set(n),
     repaired: (action, outcome) => repairs.inc({ action, outcome }),

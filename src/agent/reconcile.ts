@@ -38,7 +38,8 @@ export interface ReconcileDeps {
   logger: Logger;
   reporter?: PodProblemReporter;
   /** Counts for the metrics; called once per pod outcome. */
-  onOutcome?(o: PodOutcome['outcome'], trigger: ReconcileTrigger): void;
+  /** The pass's outcomes, counted once at its end (n pods each). */
+  onOutcome?(o: PodOutcome['outcome'], trigger: ReconcileTrigger, n: number): void;
 }
 
 export interface PodOutcome {
@@ -88,6 +89,7 @@ const LIVENESS_BATCH = 1024;
 
 /** Pods reconciled at once. */
 export const RECONCILE_CONCURRENCY = 4;
+const OUTCOMES = ['ok', 'restored', 'dropped', 'failed'] as const;
 
 const podName = (r: AttachmentRecord) => `${r.podNamespace}/${r.podName}`;
 const causeOf = (err: unknown) => (err instanceof Error ? err.message : String(err));
@@ -162,7 +164,6 @@ export async function reconcilePods(
     if (!out) return;
     report.pods.push(out);
     report[out.outcome]++;
-    d.onOutcome?.(out.outcome, trigger);
     const pod = out.pod;
     if (out.outcome === 'restored') log.warn({ pod, containerId: out.containerId, trigger, drift: out.detail }, 'datapath differed from the record: pod restored');
     else if (out.outcome === 'dropped') log.info({ pod, containerId: out.containerId, trigger, reason: out.detail?.[0] }, 'record dropped: its netns is gone');
@@ -188,6 +189,10 @@ export async function reconcilePods(
     }
   };
   await Promise.all(Array.from({ length: Math.min(opts.concurrency ?? RECONCILE_CONCURRENCY, records.length) }, worker));
+
+  // Once per pass, not per pod: a labelled counter hashes its labels per
+  // call (2 MB of a 10,000-pod pass's garbage, docs/bench-scale.md).
+  for (const o of OUTCOMES) if (report[o] > 0) d.onOutcome?.(o, trigger, report[o]);
 
   const ebpf = d.datapath.ebpf;
   if (opts.sweepOrphans && ebpf) {

@@ -95,14 +95,19 @@ export const INBOUND_TAIL_MAP = 'mc_inbound_tail';
 export const objectPath = (file: string, dir = bpfObjectDir) => path.join(dir, file);
 
 /** Layout under the pin root. */
-export const pinLayout = (root: string) => ({
-  root,
-  maps: path.join(root, 'maps'),
-  links: path.join(root, 'links'),
-  pods: path.join(root, 'pods'),
-  progs: path.join(root, 'progs'),
-  link: (name: string) => path.join(root, 'links', name),
-  prog: (name: string) => path.join(root, 'progs', name),
-  podDir: (netns: bigint) => path.join(root, 'pods', netns.toString()),
-  podInbound: (netns: bigint) => path.join(root, 'pods', netns.toString(), 'inbound'),
-});
+export const pinLayout = (root: string) => {
+  const pods = path.join(root, 'pods');
+  return {
+    root,
+    maps: path.join(root, 'maps'),
+    links: path.join(root, 'links'),
+    pods,
+    progs: path.join(root, 'progs'),
+    link: (name: string) => path.join(root, 'links', name),
+    prog: (name: string) => path.join(root, 'progs', name),
+    // Joined by hand: a cookie's digits need no normalizing, and a pass over
+    // 10,000 pods made 8.5 MB of path.join garbage here (docs/bench-scale.md).
+    podDir: (netns: bigint) => `${pods}/${netns}`,
+    podInbound: (netns: bigint) => `${pods}/${netns}/inbound`,
+  };
+};

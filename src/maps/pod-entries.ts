@@ -81,7 +81,7 @@ interface ConfigTemplate {
   ranges: MapEntry[];
   flags: number;
   /** Each keyed entry's key as hex around its netns (diff compares hex keys). */
-  hex: Map<MapName, { before: string; after: string; value: Buffer; key: Buffer }[]>;
+  hex: Map<MapName, KeyTemplate[]>;
   /** The mc_pods value without addresses (podValue copies it and writes the pod's). */
   podBase?: Buffer;
 }
@@ -157,17 +157,22 @@ function templateOf(cfg: CaptureConfig): ConfigTemplate {
   return t;
 }
 
-/** The pod's keyed entries as hex keys (and values), by map: what diff compares with the kernel's. */
-export function keyedHex(netns: bigint, cfg: CaptureConfig): Map<MapName, { hex: string; key: () => Buffer; value: Buffer }[]> {
-  const mid = u64Key(netns).toString('hex');
-  const out = new Map<MapName, { hex: string; key: () => Buffer; value: Buffer }[]>();
-  for (const [m, list] of templateOf(cfg).hex) {
-    out.set(m, list.map((x) => ({ hex: x.before + mid + x.after, key: () => withNetns(x.key, m, netns), value: x.value })));
-  }
-  return out;
+/** A keyed entry of a config, its key as hex around the netns cookie's 16 hex digits. */
+export interface KeyTemplate {
+  before: string;
+  after: string;
+  value: Buffer;
+  /** the key with some other netns: keyWithNetns puts the pod's in */
+  key: Buffer;
 }
 
-function withNetns(template: Buffer, map: MapName, netns: bigint): Buffer {
+/** The config's keyed entries by map, as hex around the netns cookie: what diff compares with the kernel's. */
+export function keyTemplates(cfg: CaptureConfig): ReadonlyMap<MapName, readonly KeyTemplate[]> {
+  return templateOf(cfg).hex;
+}
+
+/** A template's key with the pod's netns cookie in it. */
+export function keyWithNetns(template: Buffer, map: MapName, netns: bigint): Buffer {
   const key = Buffer.from(template);
   key.writeBigUInt64LE(netns, NETNS_OFFSET[map]!);
   return key;
@@ -218,7 +223,7 @@ export function podEntries(netns: bigint, cfg: CaptureConfig, podIPs: string[]):
   const key = u64Key(netns);
   const pod: MapEntry = { map: MAP.pods, key, value: podValue(cfg, podIPs) };
   const stats: MapEntry = { map: MAP.stats, key, value: Buffer.from(ZERO_STATS) };
-  const own = (list: MapEntry[]) => list.map((x) => ({ map: x.map, key: withNetns(x.key, x.map, netns), value: Buffer.from(x.value) }));
+  const own = (list: MapEntry[]) => list.map((x) => ({ map: x.map, key: keyWithNetns(x.key, x.map, netns), value: Buffer.from(x.value) }));
   return { pod, stats, cidrs: own(t.cidrs), ports: own(t.ports), ranges: own(t.ranges) };
 }
 

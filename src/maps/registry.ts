@@ -10,7 +10,7 @@ import type { CaptureConfig } from '../redirect/config.js';
 import { MAP, mcPod, mcStats, u64Key, type McPod, type McStats } from './layout.js';
 import { CookieMap, hexKeysByCookie, packedKeysByCookie, valuesByCookie } from './cookie-map.js';
 import { FULL, MapFullError } from './map-full.js';
-import { keyedEntries, keyedHex, netnsOfKey, NETNS_OFFSET, podEntries, podValue, type MapEntry, type MapName, type PodEntries } from './pod-entries.js';
+import { keyedEntries, keyTemplates, keyWithNetns, netnsOfKey, NETNS_OFFSET, podEntries, podValue, type KeyTemplate, type MapEntry, type MapName, type PodEntries } from './pod-entries.js';
 
 const SWEPT_ALL: MapName[] = [MAP.cidrs, MAP.ports, MAP.portranges];
 
@@ -59,9 +59,14 @@ export interface KeySnapshot {
 }
 
 const NO_KEYS: ReadonlySet<string> = new Set();
+const NO_TEMPLATES: readonly KeyTemplate[] = [];
+const HEX_SCRATCH = Buffer.alloc(8);
+/** The cookie as its 8 little-endian key bytes in hex (no Buffer per call). */
+const cookieHex = (netns: bigint) => (HEX_SCRATCH.writeBigUInt64LE(netns), HEX_SCRATCH.toString('hex'));
 
 export class PodMaps {
   private readonly fds = new Map<MapName, number>();
+  private sweptMaps: readonly MapName[] | undefined;
   private readonly keySizes = new Map<MapName, number>();
   private readonly valueSizes = new Map<MapName, number>();
   /** The CIDR/port keys each pod has in the maps, built by one scan on first
@@ -95,6 +100,7 @@ export class PodMaps {
   close(): void {
     for (const fd of this.fds.values()) bpf.closeFd(fd);
     this.fds.clear();
+    this.sweptMaps = undefined;
   }
 
   /**
@@ -128,8 +134,9 @@ export class PodMaps {
   }
 
   /** The swept maps this datapath has (an older one has no mc_portranges). */
-  private get swept(): MapName[] {
-    return SWEPT_ALL.filter((m) => this.fds.has(m));
+  private get swept(): readonly MapName[] {
+    // asked per pod by diff: the list is made once (the fds change only at close)
+    return (this.sweptMaps ??= SWEPT_ALL.filter((m) => this.fds.has(m)));
   }
 
   private valueSize(name: MapName): number {
@@ -353,23 +360,34 @@ export class PodMaps {
     if (!live) problems.push(`no ${MAP.pods} entry for netns cookie ${netns}`);
     else if (!live.equals(want)) problems.push(`${MAP.pods} entry for netns cookie ${netns} differs from the pod's config`);
     if (!(snap ? snap.stats.has(netns) : bpf.mapLookup(this.fd(MAP.stats), u64Key(netns), mcStats.size))) problems.push(`no ${MAP.stats} entry`);
-    const keyed = keyedHex(netns, cfg);
+    // The wanted keys as hex strings only: a pass over 10,000 pods calls this
+    // for each, and the objects, closures and Sets it made per pod were ~15 MB
+    // of its garbage (docs/bench-scale.md).
+    const templates = keyTemplates(cfg);
+    let mid: string | undefined;
     for (const m of this.swept) {
-      const wantEntries = keyed.get(m) ?? [];
+      const list = templates.get(m) ?? NO_TEMPLATES;
       const have = snap ? (snap.keys.get(m)!.get(netns) ?? NO_KEYS) : new Set(this.keysOf(m, netns).map((k) => k.toString('hex')));
       // most pods have nothing in some maps (no CIDR lists, no port ranges)
-      if (wantEntries.length === 0 && have.size === 0) continue;
-      const missing = wantEntries.filter((x) => !have.has(x.hex)).length;
+      if (list.length === 0 && have.size === 0) continue;
+      mid ??= cookieHex(netns);
+      const want = list.map((x) => x.before + mid + x.after);
+      let missing = 0;
+      for (const h of want) if (!have.has(h)) missing++;
       if (missing) problems.push(`${missing} ${m} entries missing`);
-      const wanted = new Set(wantEntries.map((x) => x.hex));
       let extra = 0;
-      for (const k of have) if (!wanted.has(k)) extra++;
+      // a pod has a handful of keys per map: an array beats a Set
+      for (const k of have) if (!want.includes(k)) extra++;
       if (extra) problems.push(`${extra} stale ${m} entries`);
       // A range's bounds are in its value, not its key.
       if (m === MAP.portranges) {
-        const valueOf = (x: (typeof wantEntries)[number]) => (snap ? snap.ranges.get(x.hex) : bpf.mapLookup(this.fd(m), x.key(), x.value.length));
-        const differs = wantEntries.filter((x) => have.has(x.hex)).filter((x) => !valueOf(x)?.equals(x.value));
-        if (differs.length) problems.push(`${differs.length} ${m} entries with other bounds`);
+        let differs = 0;
+        list.forEach((x, i) => {
+          if (!have.has(want[i]!)) return;
+          const v = snap ? snap.ranges.get(want[i]!) : bpf.mapLookup(this.fd(m), keyWithNetns(x.key, m, netns), x.value.length);
+          if (!v?.equals(x.value)) differs++;
+        });
+        if (differs) problems.push(`${differs} ${m} entries with other bounds`);
       }
     }
     return problems;

@@ -68,7 +68,8 @@ describeEbpf('PodMaps', () => {
 
   it('a snapshot read by batch lookup and one read by the key walk are the same, and diff against either finds what the kernel shows', () => {
     const m = maps();
-    const ranged = cfg({ 'traffic.sidecar.istio.io/excludeOutboundPorts': '1,2,3,4', 'traffic.sidecar.istio.io/excludeInboundPorts': Array.from({ length: 20 }, (_, i) => 20000 + i).join(','), 'traffic.sidecar.istio.io/excludeOutboundIPRanges': '198.19.0.0/16' });
+    const ANNOTATIONS_RANGED = { 'traffic.sidecar.istio.io/excludeOutboundPorts': '1,2,3,4', 'traffic.sidecar.istio.io/excludeInboundPorts': Array.from({ length: 20 }, (_, i) => 20000 + i).join(','), 'traffic.sidecar.istio.io/excludeOutboundIPRanges': '198.19.0.0/16' };
+    const ranged = cfg(ANNOTATIONS_RANGED);
     const plain = cfg({});
     m.write(A, ranged, IP);
     m.write(B, plain, ['198.18.0.11']);
@@ -89,6 +90,10 @@ describeEbpf('PodMaps', () => {
       expect(m.diff(A, plain, IP, snap)).toEqual(m.diff(A, plain, IP));
       expect(m.diff(A, plain, IP, snap).join('; ')).toMatch(/mc_pods entry for netns cookie .* differs.*stale mc_ports entries.*stale mc_portranges entries/);
       expect(m.diff(B, plain, ['198.18.0.12'], snap)).toEqual([`mc_pods entry for netns cookie ${B} differs from the pod's config`]);
+      // the same range key (kind, index) with other bounds: only its value tells
+      const wider = cfg({ ...ANNOTATIONS_RANGED, 'traffic.sidecar.istio.io/excludeInboundPorts': Array.from({ length: 22 }, (_, i) => 20000 + i).join(',') });
+      expect(m.diff(A, wider, IP, snap)).toEqual(['1 mc_portranges entries with other bounds']);
+      expect(m.diff(A, wider, IP)).toEqual(['1 mc_portranges entries with other bounds']);
     }
     // a pod gone from the maps after the snapshot: 'values' re-reads its mc_pods/mc_stats
     const snap = m.snapshot();
