@@ -37,8 +37,7 @@ export interface ReconcileDeps {
   removeAttachment(rec: AttachmentRecord): Promise<void>;
   logger: Logger;
   reporter?: PodProblemReporter;
-  /** Counts for the metrics; called once per pod outcome. */
-  /** The pass's outcomes, counted once at its end (n pods each). */
+  /** Counts for the metrics: once per outcome at the pass's end, n pods each. */
   onOutcome?(o: PodOutcome['outcome'], trigger: ReconcileTrigger, n: number): void;
 }
 

@@ -29,7 +29,7 @@ import { describeEbpf } from '../../helpers/datapaths.js';
 const TOOL = path.join(projectRoot, 'build/bin/mc-order-check');
 /** Per configuration: 1-6 s each on the 2-core host (SYN retransmits behind the full backlog set the pace). */
 const CONNS = Number(process.env.MESHCAP_ORDER_CONNS ?? 4000);
-/** Deadline for a run of n connections: ≈ 130 connections/s here under backlog pressure, with room. */
+/** Deadline for a run of n connections: the app that did not wait for each connection's end ran ≈ 130 connections/s here, the slowest seen; a bound, not a pace. */
 const runMs = (n: number) => scaled(60_000 + n * 25);
 /** 256 connections in flight against a backlog of 8: as many accept-queue overflows as the app that did not wait for each connection's end made with 32 (docs/datapath.md). */
 const THREADS = 256;
