@@ -366,9 +366,8 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
         return dp.ebpf;
       },
       http,
-      // kept for the agent's life: without the per-pod 'ok' outcomes (10,000
-      // of them held ~3 MiB of heap after a cold start; docs/bench-scale.md)
-      startup: { ...startup, pods: startup.pods.filter((p) => p.outcome !== 'ok') },
+      // kept for the agent's life: it lists only the pods that were not ok
+      startup,
       selfCheck,
       repair,
       notReady,

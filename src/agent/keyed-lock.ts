@@ -17,6 +17,11 @@ export class KeyedLock {
     return next;
   }
 
+  /** Work for the key is queued or running. */
+  holds(key: string): boolean {
+    return this.tails.has(key);
+  }
+
   /** Keys with work queued or running. */
   get busy(): number {
     return this.tails.size;

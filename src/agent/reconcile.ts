@@ -64,6 +64,11 @@ export interface ReconcileReport {
   /** Destination slots of netns that are no longer pods, swept with the orphans. */
   slotsSwept: number;
   ms: number;
+  /**
+   * The pods that were not ok (restored, dropped, failed). The ok ones are
+   * only counted: a pass over 10,000 pods kept an outcome each to the end,
+   * ~0.5 MiB that reached V8's old space every 30 s (docs/bench-scale.md).
+   */
   pods: PodOutcome[];
 }
 
@@ -150,40 +155,64 @@ export async function reconcilePods(
     });
     flush();
   }
-  const one = async (at: number): Promise<void> => {
-    const first = records[at]!;
-    const out = await d.lock.run(first.containerId, async (): Promise<PodOutcome | null> => {
-      // Re-read under the lock: an ADD or DEL may have changed it meanwhile.
-      const rec = d.store.get(first.containerId, first.ifname);
-      if (!rec) return null;
-      // shown at the start only if it still names the netns the link showed
-      const shown = shownAtStart[at] === 1 && rec.netnsCookie === first.netnsCookie && rec.netns === first.netns;
-      return reconcileOne(d, rec, pass, trigger, shown);
-    });
-    if (!out) return;
-    report.pods.push(out);
+  // shown at the start only if the record still names the netns the link showed
+  const shownNow = (at: number, rec: AttachmentRecord) => shownAtStart[at] === 1 && rec.netnsCookie === records[at]!.netnsCookie && rec.netns === records[at]!.netns;
+  /** Counts and logs a pod's outcome; a failed one is also a pod Event (the promise). */
+  const count = (out: PodOutcome, first: AttachmentRecord): Promise<void> | undefined => {
     report[out.outcome]++;
+    report.listenersRegistered += out.listeners ?? 0;
+    if (out.outcome === 'ok') return undefined;
+    report.pods.push(out);
     const pod = out.pod;
     if (out.outcome === 'restored') log.warn({ pod, containerId: out.containerId, trigger, drift: out.detail }, 'datapath differed from the record: pod restored');
     else if (out.outcome === 'dropped') log.info({ pod, containerId: out.containerId, trigger, reason: out.detail?.[0] }, 'record dropped: its netns is gone');
     else if (out.outcome === 'failed') {
       const msg = `meshcap cannot restore the ${first.mode} redirect of pod ${pod}: ${out.detail?.join('; ')}. Its traffic may bypass the sidecar until this is fixed (see meshcap status).`;
       log.error({ pod, containerId: out.containerId, netns: first.netns, trigger, problems: out.detail }, 'pod NOT restored: its traffic may bypass the sidecar');
-      await d.reporter?.podProblem(first.podNamespace, first.podName, 'MeshcapRedirectLost', msg).catch((err: unknown) => {
+      return d.reporter?.podProblem(first.podNamespace, first.podName, 'MeshcapRedirectLost', msg).catch((err: unknown) => {
         log.warn({ pod, err: causeOf(err) }, 'cannot post a pod event');
       });
     }
-    report.listenersRegistered += out.listeners ?? 0;
+    return undefined;
+  };
+  // Nearly every pod of a pass: an eBPF pod that no ADD or DEL holds, whose
+  // check needs no await. Checked at once, outside the lock: nothing can
+  // interleave with synchronous code, and no ADD or DEL of it is under way.
+  // The lock's Map (a set and a delete per pod: a long-lived Map's rehashed
+  // tables land in V8's old space), the pod's promises and its outcome object
+  // were ~4 MB of the garbage a 10,000-pod pass moved into old space
+  // (docs/bench-scale.md). false: the pod needs one() (nothing done yet).
+  const now = (at: number): boolean => {
+    const first = records[at]!;
+    if (d.lock.holds(first.containerId)) return false;
+    const rec = d.store.get(first.containerId, first.ifname);
+    if (!rec) return true; // removed since the pass began: as under the lock
+    const out = checkEbpfPodNow(d, rec, pass, shownNow(at, rec));
+    if (out === undefined) return false;
+    if (out === 'ok') report.ok++;
+    else void count(out, first); // restored (a listener put back): no Event
+    return true;
+  };
+  const one = async (at: number): Promise<void> => {
+    const first = records[at]!;
+    const out = await d.lock.run(first.containerId, async (): Promise<PodOutcome | null> => {
+      // Re-read under the lock: an ADD or DEL may have changed it meanwhile.
+      const rec = d.store.get(first.containerId, first.ifname);
+      if (!rec) return null;
+      return reconcileOne(d, rec, pass, trigger, shownNow(at, rec));
+    });
+    if (out) await count(out, first);
   };
   // A few pods at a time: iptables pods wait on iptables-save/-restore
   // processes, so overlapping them shortens a node's uncaptured window.
   let next = 0;
   const worker = async () => {
     while (next < records.length) {
-      await one(next++);
-      // A pass over eBPF pods awaits only settled promises (microtasks): it
-      // lets the CNI socket's I/O in every YIELD_EVERY pods, so a self-check
-      // over 10,000 pods does not hold ADDs for its whole length.
+      const at = next++;
+      if (!now(at)) await one(at);
+      // A pass over eBPF pods is synchronous or awaits only settled promises
+      // (microtasks): it lets the CNI socket's I/O in every YIELD_EVERY pods,
+      // so a self-check over 10,000 pods does not hold ADDs for its whole length.
       if (next % YIELD_EVERY === 0) await new Promise<void>((r) => setImmediate(r));
     }
   };
@@ -215,6 +244,32 @@ interface PassState {
   /** mc_listen's pods and families, one walk per pass (see refillPodListeners). */
   listening(): Set<string>;
 }
+
+/**
+ * An eBPF pod on an eBPF node checked without an await: 'ok'; its outcome
+ * when all that differed was its proxy's inbound listener (put back); or
+ * undefined when it needs reconcileOne, which nothing here has started: its
+ * netns not shown by its link, its map entries differ, an error.
+ */
+function checkEbpfPodNow(d: ReconcileDeps, rec: AttachmentRecord, pass: PassState, shownAtStart: boolean): 'ok' | PodOutcome | undefined {
+  const ebpf = d.datapath.ebpf;
+  const cookie = cookieOf(rec);
+  if (rec.mode !== 'ebpf' || d.nodeMode !== 'ebpf' || !ebpf || cookie === null) return undefined;
+  const snap = pass.snapshot();
+  if (!shownAtStart && !ebpf.netnsShownLive(rec.netns, cookie, snap)) return undefined;
+  const cfg = configOf(rec);
+  try {
+    if (ebpf.checkEntries(cookie, cfg, rec.podIPs, snap).length > 0) return undefined;
+    if (!cfg.parsed.inboundCapture) return 'ok';
+    const r = ebpf.refillListeners({ netns: cookie, netnsPath: rec.netns, port: Number(cfg.inboundCapturePort), processes: pass.processes, listening: pass.listening() });
+    if (r.registered.length === 0) return 'ok';
+    return { pod: podName(rec), containerId: rec.containerId, outcome: 'restored', detail: [listenerDrift(r.registered)], listeners: r.registered.length };
+  } catch {
+    return undefined; // reconcileOne tries again, and reports what fails
+  }
+}
+
+const listenerDrift = (families: readonly number[]) => `inbound listener not registered (IPv${families.join('/IPv')})`;
 
 /** shownAtStart: the pod's pinned link showed its recorded netns live at the start of the pass. */
 async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassState, trigger: ReconcileTrigger, shownAtStart: boolean): Promise<PodOutcome> {
@@ -290,7 +345,7 @@ async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassS
     try {
       const r = ebpf.refillListeners({ netns: cookie, netnsPath: rec.netns, port: Number(cfg.inboundCapturePort), processes: pass.processes, listening: pass.listening() });
       listeners = r.registered.length;
-      if (listeners > 0) drift.push(`inbound listener not registered (IPv${r.registered.join('/IPv')})`);
+      if (listeners > 0) drift.push(listenerDrift(r.registered));
     } catch (err) {
       return { ...base, outcome: 'failed', detail: [...drift, `cannot register the proxy's inbound listener: ${causeOf(err)}`] };
     }

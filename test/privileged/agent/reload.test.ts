@@ -12,6 +12,9 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { configOf, cookieOf, readRecords } from '../../../src/agent/state-store.js';
 import { removeCapture } from '../../../src/fallback-iptables/apply.js';
 import { uninstallDatapath } from '../../../src/loader/datapath.js';
+import { pinLayout } from '../../../src/loader/manifest.js';
+import { MAP, mcListenKey } from '../../../src/maps/layout.js';
+import * as bpf from '../../../src/native/addon.js';
 import { EbpfBackend } from '../../../src/pod-datapath/ebpf.js';
 import { projectRoot } from '../../../src/paths.js';
 import { AgentFixture, loseCapture, podBesideServer } from '../../helpers/agent-fixture.js';
@@ -183,6 +186,32 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
     await expectOutboundToProxy(3);
     await expectInboundToProxy('after-self-check');
   });
+
+  if (mode === 'ebpf') {
+    it('the self-check puts back a proxy\'s inbound listener lost alone (the pod\'s map entries intact), and reports the pod restored', async () => {
+      const rec = agent().store.get('c-reload', 'eth0')!;
+      const cookie = cookieOf(rec)!;
+      const port = Number(configOf(rec).inboundCapturePort);
+      const fd = bpf.objGet(path.join(pinLayout(fx.pinRoot).maps, MAP.listen));
+      let removed = 0;
+      try {
+        for (const k of bpf.mapKeys(fd, mcListenKey.size)) {
+          const key = mcListenKey.decode(k);
+          if (key.netns === cookie && key.port === port && bpf.mapDelete(fd, k)) removed++;
+        }
+      } finally {
+        bpf.closeFd(fd);
+      }
+      expect(removed, 'the running proxy\'s inbound listener was in mc_listen').toBeGreaterThan(0);
+      const r = await agent().selfCheck();
+      expect(r).toMatchObject({ restored: 1, failed: 0, dropped: 0 });
+      expect(r.listenersRegistered).toBeGreaterThanOrEqual(1);
+      expect(r.pods).toEqual([expect.objectContaining({ pod: 'default/web', outcome: 'restored', detail: [expect.stringMatching(/^inbound listener not registered \(IPv4/)] })]);
+      await expectInboundToProxy('after-listener-lost');
+      // nothing left to put back: the next pass finds the pod ok
+      expect(await agent().selfCheck()).toMatchObject({ restored: 0, failed: 0, pods: [] });
+    });
+  }
 
   it('the periodic self-check repairs a loss on its own', async () => {
     await fx.restart({ selfCheckMs: 300 });

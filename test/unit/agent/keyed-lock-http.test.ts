@@ -14,7 +14,11 @@ describe('KeyedLock', () => {
       log.push(`${tag}-`);
       return tag;
     });
-    const r = await Promise.all([job('a', 'a1', 30), job('a', 'a2', 1), job('b', 'b1', 5)]);
+    const all = Promise.all([job('a', 'a1', 30), job('a', 'a2', 1), job('b', 'b1', 5)]);
+    expect([lock.holds('a'), lock.holds('b'), lock.holds('c')]).toEqual([true, true, false]);
+    const r = await all;
+    await new Promise((r) => setImmediate(r));
+    expect([lock.holds('a'), lock.holds('b')]).toEqual([false, false]);
     expect(r).toEqual(['a1', 'a2', 'b1']);
     expect(log.indexOf('a1-')).toBeLessThan(log.indexOf('a2+'));
     expect(log.indexOf('b1-')).toBeLessThan(log.indexOf('a1-')); // b did not wait for a
