@@ -61,17 +61,25 @@ export interface RepairDeps {
 /** A pod that could not be repaired is retried (and gets another Event) at most this often. */
 export const REPAIR_RETRY_MS = 60_000;
 
+/** The UIDs of a name's records: one (nearly always) or several; null: a record without a UID. */
+type RecordUids = string | null | (string | null)[];
+
 /** Meshed pods with an IP and no record (pure): the ones running without capture. */
 export function uncapturedPods(pods: readonly V1Pod[], records: readonly AttachmentRecord[], excludeNamespaces: readonly string[]): V1Pod[] {
   // A record counts for the pod with its name, unless both carry UIDs that
   // differ (a StatefulSet's earlier pod of the same name). null: a record
-  // without a UID, which counts for any pod of that name.
-  const byName = new Map<string, (string | null)[]>();
+  // without a UID, which counts for any pod of that name. Keyed by the
+  // records' own strings, namespace then name, with no array for a name's
+  // only record: a "ns/name" key and an array per record were ~1.5 MiB of
+  // each repair pass at 10,000 pods, all of it alive to the pass's end,
+  // i.e. moved into V8's old space (docs/bench-scale.md).
+  const byNs = new Map<string, Map<string, RecordUids>>();
   for (const r of records) {
-    const k = `${r.podNamespace}/${r.podName}`;
-    const uids = byName.get(k);
-    if (uids) uids.push(r.podUid || null);
-    else byName.set(k, [r.podUid || null]);
+    let names = byNs.get(r.podNamespace);
+    if (!names) byNs.set(r.podNamespace, (names = new Map()));
+    const u = r.podUid || null;
+    const had = names.get(r.podName);
+    names.set(r.podName, had === undefined ? u : Array.isArray(had) ? [...had, u] : [had, u]);
   }
   return pods.filter((pod) => {
     const ns = podNamespace(pod);
@@ -83,12 +91,17 @@ export function uncapturedPods(pods: readonly V1Pod[], records: readonly Attachm
     // The record before the decision: on a settled node every pod has one,
     // and deciding a pod builds its whole capture config (at 10,000 pods
     // ~110 ms and ~11 MiB of garbage per pass, after every self-check).
-    const uid = pod.metadata?.uid;
-    const uids = byName.get(`${ns}/${name}`);
-    if (uids?.some((u) => u === null || !uid || u === uid)) return false;
+    const had = byNs.get(ns)?.get(name);
+    if (had !== undefined && (Array.isArray(had) ? had.some((u) => countsFor(u, pod)) : countsFor(had, pod))) return false;
     if (namespaceExclusion(ns, { excludeNamespaces })) return false;
     return decideAdd(pod, { nodeMode: 'iptables', prevResult: undefined }).kind !== 'skip';
   });
+}
+
+/** A record with this UID (null: none) counts for the pod of its name. */
+function countsFor(recordUid: string | null, pod: V1Pod): boolean {
+  const uid = pod.metadata?.uid;
+  return recordUid === null || !uid || recordUid === uid;
 }
 
 export interface RepairOutcome {

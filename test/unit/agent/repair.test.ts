@@ -30,6 +30,12 @@ describe('uncapturedPods', () => {
   it('counts a record of an earlier pod with the same name (other UID) as no record', () => {
     expect(uncapturedPods([running()], [rec('app', 'another-uid')], [])).toHaveLength(1);
   });
+  it('looks at every record of a name (an earlier pod\'s and this one\'s), and only in the pod\'s namespace', () => {
+    expect(uncapturedPods([running()], [rec('app', 'another-uid'), rec('app', UID)], [])).toEqual([]);
+    expect(uncapturedPods([running()], [rec('app', 'another-uid'), rec('app', 'a-third-uid')], [])).toHaveLength(1);
+    expect(uncapturedPods([running()], [rec('app', 'another-uid'), rec('app')], [])).toEqual([]);
+    expect(uncapturedPods([running()], [{ ...rec('app', UID), podNamespace: 'elsewhere' }], [])).toHaveLength(1);
+  });
   it('skips pods without an IP (ADD not answered yet), being deleted, finished, excluded, unmeshed, hostNetwork or already labelled', () => {
     const noIp = running({ ips: [] });
     const deleting = running();
