@@ -235,6 +235,13 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
       // eBPF pods every pass (a map lookup each); iptables pods, an
       // iptables-save in their netns each (~15 ms), every IPTABLES_EVERY-th.
       const skipIptables = trigger === 'self-check' && passes++ % IPTABLES_EVERY !== 0;
+      // A self-check's transient (the maps read whole, ~3 MiB at 10,000
+      // pods, and what it moves into old space) starts from a collected
+      // heap, not on top of the garbage CNI requests and `meshcap status`
+      // left since V8's last major GC, where the registering agent's peak
+      // RSS was set (docs/bench-scale.md): a full GC first, once per pass
+      // (malloc-trim.ts).
+      if (trigger === 'self-check') trimmer?.collect();
       const r = await reconcilePods(deps, trigger, { sweepOrphans, skipIptables });
       metrics.setUnrestored(r.failed);
       return r;
