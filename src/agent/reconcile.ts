@@ -262,13 +262,17 @@ function checkEbpfPodNow(d: ReconcileDeps, rec: AttachmentRecord, pass: PassStat
   try {
     if (ebpf.checkEntries(cookie, cfg, rec.podIPs, snap).length > 0) return undefined;
     if (!cfg.parsed.inboundCapture) return 'ok';
-    const r = ebpf.refillListeners({ netns: cookie, netnsPath: rec.netns, port: Number(cfg.inboundCapturePort), processes: pass.processes, listening: pass.listening() });
+    const r = refillPodListener(ebpf, rec, cookie, cfg, pass);
     if (r.registered.length === 0) return 'ok';
     return { pod: podName(rec), containerId: rec.containerId, outcome: 'restored', detail: [listenerDrift(r.registered)], listeners: r.registered.length };
   } catch {
     return undefined; // reconcileOne tries again, and reports what fails
   }
 }
+
+/** The pod's proxy's inbound listener put back into mc_listen where a running proxy has one (both paths of a pass). */
+const refillPodListener = (ebpf: EbpfBackend, rec: AttachmentRecord, cookie: bigint, cfg: ReturnType<typeof configOf>, pass: PassState) =>
+  ebpf.refillListeners({ netns: cookie, netnsPath: rec.netns, port: Number(cfg.inboundCapturePort), processes: pass.processes, listening: pass.listening() });
 
 const listenerDrift = (families: readonly number[]) => `inbound listener not registered (IPv${families.join('/IPv')})`;
 
@@ -344,7 +348,7 @@ async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassS
   const ebpf = d.datapath.ebpf;
   if (rec.mode === 'ebpf' && ebpf && cookie !== null && cfg.parsed.inboundCapture) {
     try {
-      const r = ebpf.refillListeners({ netns: cookie, netnsPath: rec.netns, port: Number(cfg.inboundCapturePort), processes: pass.processes, listening: pass.listening() });
+      const r = refillPodListener(ebpf, rec, cookie, cfg, pass);
       listeners = r.registered.length;
       if (listeners > 0) drift.push(listenerDrift(r.registered));
     } catch (err) {
