@@ -6,7 +6,7 @@
 // new agent on the same state dir and pin root), timed from spawn to its
 // "ready" line.
 //
-//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--warmup 200] [--restart-at 1000,10000] [--drain yes|no] [--exec launcher|node] [--json FILE] [--plot FILE.svg]
+//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--warmup 200] [--restart-at 1000,10000] [--drain yes|no] [--exec launcher|node] [--peak-trace] [--json FILE] [--plot FILE.svg]
 //   ... bench/scale/main.ts --plot-only FILE.json --plot FILE.svg   (redraw from a stored run)
 //
 // Needs root and the build (npm run build). The agent is the real one
@@ -26,6 +26,7 @@ import { fileURLToPath } from 'node:url';
 import { daemonSetAgentEnv } from '../../test/helpers/agent-process.js';
 import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 import { Launcher, runNode, type ExecResult } from '../cni/launcher.js';
+import { PeakTrace, peakTraceText } from './peak-trace.js';
 import { plotScale, type ScaleBenchData } from './plot.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -56,6 +57,8 @@ const opt = parseOptions(import.meta.url, 'bench:scale', {
   'agent-node-options': { type: 'string' },
   // sizes after which the agent is watched for one self-check period (default: the last size; '' none)
   'watch-self-check': { type: 'string' },
+  // the agent's VmHWM read every ~1 ms: in which phase its peak was set (peak-trace.ts)
+  'peak-trace': { type: 'boolean', default: false },
   json: { type: 'string' },
   plot: { type: 'string' },
   'plot-only': { type: 'string' },
@@ -185,6 +188,7 @@ const nsPath = (i: number) => `${NETNS_DIR}/p${i}`;
 const probePath = (i: number) => `${NETNS_DIR}/q${i}`;
 
 let agent: ChildProcess | undefined;
+const trace = opt['peak-trace'] ? new PeakTrace() : undefined;
 const stopAgent = async (signal: NodeJS.Signals = 'SIGTERM') => {
   const a = agent;
   agent = undefined;
@@ -196,6 +200,7 @@ const stopAgent = async (signal: NodeJS.Signals = 'SIGTERM') => {
 function cleanup() {
   if (agent && agent.exitCode === null) agent.kill('SIGKILL');
   void launcher?.close();
+  trace?.close();
   // tmp's tmpfs, the pin root and the namespaces: the mount namespace's end and the outer process
 }
 process.once('SIGINT', () => { cleanup(); process.exit(130); });
@@ -270,6 +275,7 @@ async function startAgentProcess(): Promise<{ wallMs: number; ready: Record<stri
     '--pin-root', pinRoot, '--mode', 'ebpf', '--state-dir', stateDir, '--exclude-namespaces', 'kube-system'], { stdio: ['ignore', 'pipe', 'pipe'], env });
   agent = a;
   writeFileSync(pidFile, String(a.pid));
+  trace?.track(a.pid!);
   let err = '';
   a.stderr!.on('data', (d) => { err += d; });
   let buf = '';
@@ -462,6 +468,7 @@ try {
   execFileSync('ip', ['-batch', '-'], { input: batch, stdio: ['pipe', 'ignore', 'inherit'] });
   writePods(SIZES[0]!);
 
+  trace?.phase('start');
   let a = await startAgentProcess();
   await new Promise((r) => setTimeout(r, 1000));
   const readyMem = memOf(agent!.pid!);
@@ -475,6 +482,7 @@ try {
   let registered = 0;
   for (const size of SIZES) {
     if (size !== SIZES[0]) writePods(size);
+    trace?.phase(`register to ${size}`);
     const t0 = performance.now();
     const from = registered;
     await pool(size - from, CONC, async (k) => {
@@ -488,6 +496,7 @@ try {
 
     let coldStart: SizeResult['coldStart'];
     if (RESTART_AT.has(size)) {
+      trace?.phase(`restart at ${size}`);
       await stopAgent();
       await new Promise((r) => setTimeout(r, 1000));
       const loadavg = os.loadavg();
@@ -501,9 +510,11 @@ try {
       }
     }
 
+    trace?.phase(`sample at ${size}`);
     const res: SizeResult = { ...(await sampleAt(size, `s${size}-`)), registerPerSec, ...(coldStart ? { coldStart: { ...coldStart, ...(lastSettled ? { settled: lastSettled } : {}) } } : {}) };
     results.push(res);
     if (WATCH_AT.has(size)) {
+      trace?.phase(`self-check watch at ${size}`);
       res.selfCheckWatch = await watchSelfCheck(agent!.pid!);
       const w = res.selfCheckWatch;
       log(`${size} pods, one self-check period watched (${w.samples} samples): RSS at rest ${w.restMiB.toFixed(1)} MiB, peak ${w.peakMiB.toFixed(1)} MiB (anon ${w.peakAnonMiB.toFixed(1)}), agent CPU ${w.cpuMs} ms, VmHWM ${w.hwmMiB.toFixed(1)} MiB`);
@@ -515,6 +526,7 @@ try {
   let drained: Sample | undefined;
   if (DRAIN) {
     const to = SIZES[0]!;
+    trace?.phase(`drain to ${to}`);
     const t0 = performance.now();
     const from = registered;
     await pool(from - to, CONC, async (k) => {
@@ -525,9 +537,12 @@ try {
     log(`drained to ${to} pods (${(((from - to) * 1000) / (performance.now() - t0)).toFixed(0)} DEL/s at ${CONC} at once)`);
     registered = to;
     writePods(to);
+    trace?.phase(`sample at ${to}, drained`);
     drained = await sampleAt(to, 'd-', ', drained back from ' + String(SIZES.at(-1)));
     if (drained.status.pods !== to) throw new Error(`after the drain meshcap status shows ${drained.status.pods} pods, not ${to}: the DELs left pods behind`);
   }
+  trace?.phase('stop');
+  const peakTrace = await trace?.stop();
   await stopAgent();
 
   const f = (x: number) => x.toFixed(2).padStart(7);
@@ -554,7 +569,8 @@ try {
     const both = (pick: (r: Sample) => number) => (pick(first) + pick(d)) / 2;
     console.log(`ADD p50 growth ${last.pods} pods against ${first.pods} at both ends of the run (before and after): ${growth(d.addExecToExit.p50, last.addExecToExit.p50)} against after, ${growth(both((r) => r.addExecToExit.p50), last.addExecToExit.p50)} against their mean (exec to exit); agent ${growth(both((r) => r.addAgent.p50), last.addAgent.p50)}, agent CPU/ADD ${growth(both((r) => r.addAgentCpuUs), last.addAgentCpuUs)} against the mean`);
   }
-  const data = { when: new Date().toISOString(), exec: opt.exec, agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, warmup: WARMUP, results, ...(drained ? { drained } : {}) };
+  if (peakTrace) console.log(peakTraceText(peakTrace));
+  const data = { when: new Date().toISOString(), exec: opt.exec, agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, warmup: WARMUP, results, ...(drained ? { drained } : {}), ...(peakTrace ? { peakTrace } : {}) };
   if (opt.json) writeFileSync(opt.json, JSON.stringify(data, null, 1) + '\n');
   if (opt.plot) {
     plotScale(data, opt.plot);
