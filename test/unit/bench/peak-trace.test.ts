@@ -1,0 +1,76 @@
+// bench:scale --peak-trace against a real process: a child that touches
+// 48 MiB when told to. The trace must put its peak and its jump in the phase
+// in which the child grew, and start over for a new pid.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
+import { afterEach, describe, expect, it } from 'vitest';
+import { PeakTrace, peakTraceText } from '../../../bench/scale/peak-trace.js';
+
+const GROW = 'process.stdin.once("data", () => { globalThis.b = Buffer.alloc(48 << 20, 1); process.stdout.write("grown\\n"); }); setInterval(() => {}, 1000);';
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+let children: ChildProcess[] = [];
+let trace: PeakTrace | undefined;
+afterEach(() => {
+  for (const c of children) c.kill('SIGKILL');
+  children = [];
+  trace?.close();
+  trace = undefined;
+});
+
+function child(): ChildProcess {
+  const c = spawn(process.execPath, ['-e', GROW], { stdio: ['pipe', 'pipe', 'inherit'] });
+  children.push(c);
+  return c;
+}
+
+async function grow(c: ChildProcess): Promise<void> {
+  c.stdin!.write('go\n');
+  await once(c.stdout!, 'data');
+}
+
+describe('peak trace (bench:scale --peak-trace)', () => {
+  it('names the phase in which the traced process reached its peak, with the jump there', async () => {
+    const c = child();
+    await sleep(300); // node's own start-up is over
+    trace = new PeakTrace();
+    trace.phase('idle');
+    trace.track(c.pid!);
+    await sleep(200);
+    trace.phase('grow');
+    await grow(c);
+    await sleep(50);
+    trace.phase('after');
+    await sleep(100);
+    const r = await trace.stop();
+    expect(r.phase).toBe('grow');
+    expect(r.phases.grow! - r.phases.idle!).toBeGreaterThan(40);
+    expect(r.peakMiB).toBeGreaterThanOrEqual(r.phases.grow!);
+    expect(r.readings).toBeGreaterThan(100);
+    const j = r.jumps.find((x) => x.phase === 'grow');
+    expect(j, JSON.stringify(r.jumps)).toBeDefined();
+    expect(j!.toMiB - j!.fromMiB).toBeGreaterThanOrEqual(2);
+    expect(r.jumps.some((x) => x.phase === 'idle')).toBe(false);
+    expect(peakTraceText(r)).toContain('set in "grow"');
+  });
+
+  it('starts over for a new pid (a restarted agent has a VmHWM of its own)', async () => {
+    const big = child();
+    const small = child();
+    await sleep(300);
+    await grow(big);
+    trace = new PeakTrace();
+    trace.phase('first agent');
+    trace.track(big.pid!);
+    await sleep(100);
+    trace.phase('second agent');
+    trace.track(small.pid!);
+    await sleep(100);
+    const r = await trace.stop();
+    const bigHwmMiB = Number(/^VmHWM:\s+(\d+)/m.exec(readFileSync(`/proc/${big.pid}/status`, 'utf8'))![1]) / 1024;
+    expect(r.phase).toBe('second agent');
+    expect(r.peakMiB).toBeLessThan(bigHwmMiB - 30);
+    expect(r.phases['first agent']).toBeUndefined();
+  });
+});
