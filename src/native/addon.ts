@@ -172,6 +172,7 @@ interface Binding {
   mapLookup(fd: number, key: Buffer, valueSize: number): Buffer | null;
   mapDelete(fd: number, key: Buffer): boolean;
   mapKeys(fd: number, keySize: number): Buffer[];
+  mapKeysPacked(fd: number, keySize: number): Buffer;
   mapEntries(fd: number, opts?: MapEntriesOptions): MapEntries;
   mapUpdateBatch(fd: number, keys: Buffer[], values: Buffer[]): void;
   mapDeleteBatch(fd: number, keys: Buffer[]): number;
@@ -357,6 +358,10 @@ export function mapDelete(fd: number, key: Buffer): boolean {
 }
 export function mapKeys(fd: number, keySize: number): Buffer[] {
   return native.mapKeys(fd, keySize);
+}
+/** Every key, end to end in one Buffer (key i at [i*keySize, (i+1)*keySize)): mapKeys without a Buffer per key. */
+export function mapKeysPacked(fd: number, keySize: number): Buffer {
+  return native.mapKeysPacked(fd, keySize);
 }
 /**
  * Every entry of a map, packed: entry i's key is keys[i*keySize, (i+1)*keySize),

@@ -84,6 +84,11 @@ describe('hash map', () => {
     const del = [u32(5), ...keys.slice(0, 25), u32(6), ...keys.slice(25, 50), u32(7)];
     expect(bpf.mapDeleteBatch(hashFd, del)).toBe(50);
     expect(bpf.mapKeys(hashFd, 4)).toHaveLength(50);
+    // the same walk packed in one Buffer: the same keys, 4 bytes each, end to end
+    const packed = bpf.mapKeysPacked(hashFd, 4);
+    expect(packed).toHaveLength(50 * 4);
+    const unpacked = Array.from({ length: 50 }, (_, i) => packed.readUInt32LE(i * 4)).sort((x, y) => x - y);
+    expect(unpacked).toEqual(bpf.mapKeys(hashFd, 4).map((k) => k.readUInt32LE()).sort((x, y) => x - y));
     expect(bpf.mapLookup(hashFd, u32(1000), 8)).toBeNull();
     expect(bpf.mapDeleteBatch(hashFd, [])).toBe(0);
     bpf.mapUpdateBatch(hashFd, [], []);
@@ -143,6 +148,7 @@ describe('hash map', () => {
     expect(() => bpf.mapUpdate(hashFd, u32(1), u32(1))).toThrow(TypeError);
     expect(() => bpf.mapLookup(hashFd, u32(1), 4)).toThrow(/valueSize is 4, the map's value size is 8/);
     expect(() => bpf.mapKeys(hashFd, 8)).toThrow(TypeError);
+    expect(() => bpf.mapKeysPacked(hashFd, 8)).toThrow(/mapKeysPacked: keySize is 8, the map's key size is 4/);
     expect(() => bpf.mapUpdateBatch(hashFd, [u32(1)], [u64(1), u64(2)])).toThrow(/1 keys but 2 values/);
     expect(() => bpf.mapUpdateBatch(hashFd, [u32(1), Buffer.alloc(3)], [u64(1), u64(2)])).toThrow(/keys\[1\] is 3 bytes/);
     expect(() => bpf.mapLookup(progFd, u32(1), 8)).toThrow(/is not a bpf-map \(it is anon_inode:bpf-prog\)/);
