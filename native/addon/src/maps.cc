@@ -135,17 +135,28 @@ void WalkKeys(Napi::Env env, int fd, const MapDims& d, Visit visit) {
   }
 }
 
+// A key walk's fd and dims, its keySize argument checked against the map's.
+struct KeyWalk {
+  int fd;
+  MapDims d;
+};
+KeyWalk KeyWalkArgs(const Napi::CallbackInfo& info, const char* fn) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info, 0, fn, "fd");
+  MapDims d = Dims(env, fd, fn);
+  uint32_t keySize = ArgU32(info, 1, fn, "keySize");
+  if (keySize != d.keySize)
+    ThrowType(env, std::string(fn) + ": keySize is " + std::to_string(keySize) + ", the map's key size is " +
+                       std::to_string(d.keySize));
+  return {fd, d};
+}
+
 Napi::Value MapKeys(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  int fd = ArgFd(info, 0, "mapKeys", "fd");
-  MapDims d = Dims(env, fd, "mapKeys");
-  uint32_t keySize = ArgU32(info, 1, "mapKeys", "keySize");
-  if (keySize != d.keySize)
-    ThrowType(env, "mapKeys: keySize is " + std::to_string(keySize) + ", the map's key size is " +
-                       std::to_string(d.keySize));
-  if (keySize == 0) return Napi::Array::New(env);  // queue/stack: no keys to walk
+  KeyWalk w = KeyWalkArgs(info, "mapKeys");
+  if (w.d.keySize == 0) return Napi::Array::New(env);  // queue/stack: no keys to walk
   std::vector<std::string> keys;
-  WalkKeys(env, fd, d, [&](const std::string& k) { keys.push_back(k); });
+  WalkKeys(env, w.fd, w.d, [&](const std::string& k) { keys.push_back(k); });
   Napi::Array out = Napi::Array::New(env, keys.size());
   for (uint32_t i = 0; i < keys.size(); i++)
     out.Set(i, Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t*>(keys[i].data()),
@@ -159,14 +170,9 @@ Napi::Value MapKeys(const Napi::CallbackInfo& info) {
 // heap per key, all alive until the walk's array was dropped.
 Napi::Value MapKeysPacked(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  int fd = ArgFd(info, 0, "mapKeysPacked", "fd");
-  MapDims d = Dims(env, fd, "mapKeysPacked");
-  uint32_t keySize = ArgU32(info, 1, "mapKeysPacked", "keySize");
-  if (keySize != d.keySize)
-    ThrowType(env, "mapKeysPacked: keySize is " + std::to_string(keySize) + ", the map's key size is " +
-                       std::to_string(d.keySize));
+  KeyWalk w = KeyWalkArgs(info, "mapKeysPacked");
   std::string keys;
-  if (keySize > 0) WalkKeys(env, fd, d, [&](const std::string& k) { keys.append(k); });
+  if (w.d.keySize > 0) WalkKeys(env, w.fd, w.d, [&](const std::string& k) { keys.append(k); });
   return Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t*>(keys.data()), keys.size());
 }
 
