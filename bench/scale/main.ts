@@ -6,7 +6,7 @@
 // new agent on the same state dir and pin root), timed from spawn to its
 // "ready" line.
 //
-//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--warmup 200] [--restart-at 1000,10000] [--drain yes|no] [--exec launcher|node] [--peak-trace] [--json FILE] [--plot FILE.svg]
+//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--warmup 200] [--restart-at 1000,10000] [--drain yes|no] [--exec launcher|node] [--peak-trace] [--listen] [--json FILE] [--plot FILE.svg]
 //   ... bench/scale/main.ts --plot-only FILE.json --plot FILE.svg   (redraw from a stored run)
 //
 // Needs root and the build (npm run build). The agent is the real one
@@ -27,6 +27,10 @@ import { daemonSetAgentEnv } from '../../test/helpers/agent-process.js';
 import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 import { Launcher, runNode, type ExecResult } from '../cni/launcher.js';
 import { PeakTrace, peakTraceText } from './peak-trace.js';
+import { PodListeners, SOCKETS_PER_POD } from './pod-listeners.js';
+import * as bpf from '../../src/native/addon.js';
+import { MAP, mcListenKey } from '../../src/maps/layout.js';
+import { pinLayout } from '../../src/loader/manifest.js';
 import { plotScale, type ScaleBenchData } from './plot.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -59,6 +63,8 @@ const opt = parseOptions(import.meta.url, 'bench:scale', {
   'watch-self-check': { type: 'string' },
   // the agent's VmHWM read every ~1 ms: in which phase its peak was set (peak-trace.ts)
   'peak-trace': { type: 'boolean', default: false },
+  // each registered pod gets its sidecar's listening sockets (pod-listeners.ts): mc_listen fills as on a node of real proxies
+  listen: { type: 'boolean', default: false },
   json: { type: 'string' },
   plot: { type: 'string' },
   'plot-only': { type: 'string' },
@@ -188,7 +194,18 @@ const nsPath = (i: number) => `${NETNS_DIR}/p${i}`;
 const probePath = (i: number) => `${NETNS_DIR}/q${i}`;
 
 let agent: ChildProcess | undefined;
+/** mc_listen's keys now (one per listening socket the node's sockops registered). */
+function listenKeys(): number {
+  const fd = bpf.objGet(path.join(pinLayout(pinRoot).maps, MAP.listen));
+  try {
+    return bpf.mapKeysPacked(fd, mcListenKey.size).length / mcListenKey.size;
+  } finally {
+    bpf.closeFd(fd);
+  }
+}
 const trace = opt['peak-trace'] ? new PeakTrace() : undefined;
+// Istio's defaults: the pods carry no port annotations
+const listeners = opt.listen ? new PodListeners(15006, 15001) : undefined;
 const stopAgent = async (signal: NodeJS.Signals = 'SIGTERM') => {
   const a = agent;
   agent = undefined;
@@ -201,6 +218,7 @@ function cleanup() {
   if (agent && agent.exitCode === null) agent.kill('SIGKILL');
   void launcher?.close();
   trace?.close();
+  listeners?.close();
   // tmp's tmpfs, the pin root and the namespaces: the mount namespace's end and the outer process
 }
 process.once('SIGINT', () => { cleanup(); process.exit(130); });
@@ -493,6 +511,13 @@ try {
     registered = size;
     const registerPerSec = ((size - from) * 1000) / (performance.now() - t0);
     log(`${size} pods registered (${registerPerSec.toFixed(0)} ADD/s at ${CONC} at once)`);
+    if (listeners) {
+      // after the ADDs: sockops registers a listener only in a pod the maps already hold
+      const held = await listeners.add(Array.from({ length: size - from }, (_, k) => nsPath(from + k)));
+      const keys = listenKeys();
+      log(`${held} sockets listening in the pods (${SOCKETS_PER_POD} each); mc_listen holds ${keys}`);
+      if (keys < held) log(`WARNING: ${held - keys} listening sockets are not in mc_listen (it holds ${keys}): is it full?`);
+    }
 
     let coldStart: SizeResult['coldStart'];
     if (RESTART_AT.has(size)) {
@@ -546,7 +571,7 @@ try {
   await stopAgent();
 
   const f = (x: number) => x.toFixed(2).padStart(7);
-  console.log(`eBPF mode, meshed Istio pods, ${SAMPLE} ADDs sampled per size after ${WARMUP} unrecorded ADD+DEL pairs, plugin exec'd by ${opt.exec === 'node' ? "the bench's Node process (fork + exec)" : 'mc-cni-exec (posix_spawn, as a runtime)'}, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
+  console.log(`eBPF mode, meshed Istio pods${listeners ? ` with ${SOCKETS_PER_POD} listening sockets each (--listen; mc_listen holds ${listenKeys()} at the end)` : ''}, ${SAMPLE} ADDs sampled per size after ${WARMUP} unrecorded ADD+DEL pairs, plugin exec'd by ${opt.exec === 'node' ? "the bench's Node process (fork + exec)" : 'mc-cni-exec (posix_spawn, as a runtime)'}, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
   console.log(`agent env (deploy/meshcap.yaml${opt['agent-node-options'] !== undefined ? ', NODE_OPTIONS from --agent-node-options' : ''}): ${JSON.stringify(agentEnv)}${Object.keys(agentSwitches).length > 0 ? `, switches ${JSON.stringify(agentSwitches)}` : ''}; RSS at ready with no pod registered: ${memText(readyMem)}`);
   console.log('pods registered   ADD p50   ADD p99   agent p50  agent p99  agent CPU/ADD µs   DEL p50   RSS MiB (MB, anon/file MiB)   status ms   load avg');
   for (const r of results) {
@@ -570,7 +595,7 @@ try {
     console.log(`ADD p50 growth ${last.pods} pods against ${first.pods} at both ends of the run (before and after): ${growth(d.addExecToExit.p50, last.addExecToExit.p50)} against after, ${growth(both((r) => r.addExecToExit.p50), last.addExecToExit.p50)} against their mean (exec to exit); agent ${growth(both((r) => r.addAgent.p50), last.addAgent.p50)}, agent CPU/ADD ${growth(both((r) => r.addAgentCpuUs), last.addAgentCpuUs)} against the mean`);
   }
   if (peakTrace) console.log(peakTraceText(peakTrace));
-  const data = { when: new Date().toISOString(), exec: opt.exec, agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, warmup: WARMUP, results, ...(drained ? { drained } : {}), ...(peakTrace ? { peakTrace } : {}) };
+  const data = { when: new Date().toISOString(), exec: opt.exec, agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, warmup: WARMUP, listen: opt.listen, results, ...(drained ? { drained } : {}), ...(peakTrace ? { peakTrace } : {}) };
   if (opt.json) writeFileSync(opt.json, JSON.stringify(data, null, 1) + '\n');
   if (opt.plot) {
     plotScale(data, opt.plot);

@@ -3,7 +3,7 @@
 // agent's lifetime peak was set and which readings jumped. The bench's own
 // 20 ms watch misses spikes of a few milliseconds: the registering agent's
 // remaining one is a major GC inside a self-check pass (docs/bench-scale.md,
-// "2026-11-29, 17:45–18:25 UTC"). Opt-in: the reads cost ~6% of a CPU,
+// "2026-11-29, 17:45–19:10 UTC"). Opt-in: the reads cost ~6% of a CPU,
 // which the other figures of a run would carry.
 import { Worker } from 'node:worker_threads';
 
