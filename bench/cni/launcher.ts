@@ -4,11 +4,11 @@
 // child's exit). Node's own spawn (libuv fork()s the whole Node process) costs
 // ~0.9 ms more per exec on this machine, which no runtime pays; runNode keeps
 // that figure for comparison with earlier runs.
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { projectRoot } from '../../src/paths.js';
+import { compileIfStale } from '../lib/cc.js';
 
 export interface ExecResult {
   code: number | null;
@@ -23,9 +23,7 @@ const BIN = path.join(projectRoot, 'build/bin/mc-cni-exec');
 
 /** Builds build/bin/mc-cni-exec when missing or older than its source (cc, as bench:datapath builds its tools). */
 export function buildLauncher(): string {
-  if (existsSync(BIN) && statSync(BIN).mtimeMs >= statSync(SRC).mtimeMs) return BIN;
-  mkdirSync(path.dirname(BIN), { recursive: true });
-  execFileSync('cc', ['-O2', '-Wall', '-Wextra', '-Werror', '-o', BIN, SRC], { stdio: 'inherit' });
+  compileIfStale(SRC, BIN);
   return BIN;
 }
 

@@ -1,8 +1,6 @@
 // Running the bench: the C tools (compiled here when missing or older than
 // their source: bench tools, not shipped), one mc-bench-load run inside a pod
 // netns on the app CPU, and the interleaved rounds over all cells.
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { execa } from 'execa';
 import type { Logger } from 'pino';
@@ -10,6 +8,7 @@ import type { Lab } from '../../src/lab/index.js';
 import type { StepProgress } from '../../scripts/lib/progress.mjs';
 import type { Cell } from './cells.js';
 import { TESTS, type Leg, type Mode, type TestName } from './matrix.js';
+import { compileIfStale } from '../lib/cc.js';
 
 export interface Cpus {
   app: string;
@@ -39,13 +38,9 @@ export interface RoundResult extends LoadResult {
 }
 
 export function buildTools(src: string, bin: string, log: Logger): void {
-  mkdirSync(bin, { recursive: true });
   for (const t of ['mc-bench-echo', 'mc-bench-load']) {
-    const c = path.join(src, `${t}.c`);
     const out = path.join(bin, t);
-    if (existsSync(out) && statSync(out).mtimeMs >= statSync(c).mtimeMs) continue;
-    execFileSync('cc', ['-O2', '-Wall', '-Wextra', '-o', out, c], { stdio: 'inherit' });
-    log.info({ event: 'compiled', tool: out });
+    if (compileIfStale(path.join(src, `${t}.c`), out, ['-O2', '-Wall', '-Wextra'])) log.info({ event: 'compiled', tool: out });
   }
 }
 

@@ -2,23 +2,16 @@
 // sidecar would have (bench/scale/mc-listen-netns.c), so that mc_listen
 // fills as on a node of real proxies and the agent's passes read it as they
 // would there. Without them the pods are namespaces with no socket at all.
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { createInterface, type Interface } from 'node:readline';
 import { projectRoot } from '../../src/paths.js';
+import { compileIfStale } from '../lib/cc.js';
 
 const SRC = path.join(projectRoot, 'bench/scale/mc-listen-netns.c');
 const BIN = path.join(projectRoot, 'build/bin/mc-listen-netns');
 /** Sockets per pod: the inbound port on 0.0.0.0 and [::], the outbound port on 0.0.0.0 (Envoy with one worker). */
 export const SOCKETS_PER_POD = 3;
-
-function build(): string {
-  if (existsSync(BIN) && statSync(BIN).mtimeMs >= statSync(SRC).mtimeMs) return BIN;
-  mkdirSync(path.dirname(BIN), { recursive: true });
-  execFileSync('cc', ['-O2', '-Wall', '-Wextra', '-Werror', '-o', BIN, SRC], { stdio: 'inherit' });
-  return BIN;
-}
 
 /** One helper process: its sockets, up to `cap` pods' worth (its open-file limit). */
 class Helper {
@@ -30,7 +23,8 @@ class Helper {
   pods = 0;
 
   constructor(inboundPort: number, outboundPort: number) {
-    this.proc = spawn(build(), [], { stdio: ['pipe', 'pipe', 'inherit'] });
+    compileIfStale(SRC, BIN);
+    this.proc = spawn(BIN, [], { stdio: ['pipe', 'pipe', 'inherit'] });
     this.lines = createInterface({ input: this.proc.stdout! });
     this.lines.on('line', (l) => {
       if (this.waiter) {

@@ -91,7 +91,7 @@ function fdOfSocket(pid: number, inode: number): number | null {
  * char per byte. Made from the packed keys without a Buffer, an object or a
  * BigInt per key.
  */
-const ID_BYTES = 11;
+const ID_BYTES = mcListenKey.fields.find((f) => f.name === 'slot')!.offset;
 export const listenId = (netns: bigint, port: number, family: 4 | 6) =>
   mcListenKey.encode({ netns, port, family, slot: 0, pad: Buffer.alloc(4) }).toString('latin1', 0, ID_BYTES);
 
@@ -100,7 +100,7 @@ export const listenId = (netns: bigint, port: number, family: 4 | 6) =>
  * the map: a pass over every pod asks this once instead of looking up each
  * pod's slots (8 lookups for a pod with no proxy listening). The keys come
  * packed in one Buffer: at 10,000 pods whose proxies listen on both families
- * they are 20,000 or more, and a Buffer each held ~4.7 MiB of heap at once.
+ * they are 20,000 or more, and a Buffer each held ~5.8 MiB of heap at once.
  */
 export function listenerSnapshot(pinRoot: string): Set<string> {
   const fd = bpf.objGet(path.join(pinLayout(pinRoot).maps, MAP.listen));
