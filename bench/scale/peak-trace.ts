@@ -7,8 +7,13 @@
 // which the other figures of a run would carry.
 import { Worker } from 'node:worker_threads';
 
-/** A rise of RSS of at least JUMP_KIB between two readings ~1 ms apart. */
-export interface Jump { phase: string; atS: number; fromMiB: number; toMiB: number }
+/**
+ * A rise of RSS of at least JUMP_KIB within RISE_MS: consecutive readings
+ * that never fall, taken together. Not between two readings alone: a rise
+ * spread over a few readings (page faults at ~2 MiB per ms here, slower on
+ * a loaded host) would then be missed or not, by the cadence of the reads.
+ */
+export interface Jump { phase: string; atS: number; ms: number; fromMiB: number; toMiB: number }
 export interface PeakTraceReport {
   /** The traced agent's VmHWM and where the last rise to it was read. */
   peakMiB: number;
@@ -16,7 +21,7 @@ export interface PeakTraceReport {
   atS: number;
   /** The highest RSS read in each phase (a spike between two readings shows in VmHWM only). */
   phases: Record<string, number>;
-  /** How many readings rose JUMP_KIB or more over the one before. */
+  /** How many rises of JUMP_KIB or more within RISE_MS there were. */
   jumpCount: number;
   /** The largest of those in each phase, at most JUMPS_PER_PHASE each, largest first. */
   jumps: Jump[];
@@ -24,6 +29,8 @@ export interface PeakTraceReport {
 }
 
 const JUMP_KIB = 2048;
+/** A rise that goes on longer is cut here (and a new one starts): slow growth is not a jump. */
+const RISE_MS = 10;
 const JUMPS_PER_PHASE = 3;
 
 // Plain JS (the worker is not run through the bench's TypeScript loader).
@@ -33,12 +40,22 @@ const { workerData, parentPort } = require('node:worker_threads');
 const { readFileSync } = require('node:fs');
 const ctl = new Int32Array(workerData.sab);
 const nap = new Int32Array(new SharedArrayBuffer(4));
-let pid = 0, t0 = 0, hwm = 0, at = 0, phaseAt = -1, prev = 0, readings = 0;
+let pid = 0, t0 = 0, hwm = 0, at = 0, phaseAt = -1, prev = 0, prevT = 0, readings = 0;
 let phases = {}, jumps = [], jumpCount = 0;
+// the rise under way: from its first reading's RSS and time to prev
+let riseFrom = 0, riseT = 0, risePh = 0;
+const endRise = () => {
+  if (prev - riseFrom >= ${JUMP_KIB}) {
+    jumpCount++;
+    if (jumps.length < 1000) jumps.push([risePh, riseT, prevT - riseT, riseFrom, prev]);
+  }
+};
 const kib = (st, k) => { const i = st.indexOf(k + ':'); return i < 0 ? NaN : parseInt(st.slice(i + k.length + 1), 10); };
 while (Atomics.load(ctl, 0) === 0) {
   const p = Atomics.load(ctl, 2);
-  if (p !== pid) { pid = p; t0 = performance.now(); hwm = 0; at = 0; phaseAt = -1; prev = 0; readings = 0; phases = {}; jumps = []; jumpCount = 0; }
+  if (p !== pid) {
+    pid = p; t0 = performance.now(); hwm = 0; at = 0; phaseAt = -1; prev = 0; prevT = 0; readings = 0; phases = {}; jumps = []; jumpCount = 0;
+  }
   if (pid !== 0) {
     let st;
     try { st = readFileSync('/proc/' + pid + '/status', 'latin1'); } catch { st = undefined; }
@@ -50,15 +67,21 @@ while (Atomics.load(ctl, 0) === 0) {
       readings++;
       if (h > hwm) { hwm = h; at = t; phaseAt = ph; }
       if (rss > (phases[ph] ?? 0)) phases[ph] = rss;
-      if (prev > 0 && rss - prev >= ${JUMP_KIB}) {
-        jumpCount++;
-        if (jumps.length < 1000) jumps.push([ph, t, prev, rss]);
+      if (prev === 0) { riseFrom = rss; riseT = t; risePh = ph; }
+      else if (rss < prev || t - riseT > ${RISE_MS}) {
+        endRise();
+        // a fall starts the next rise at the low; a cut one goes on from where it was cut
+        if (rss < prev) { riseFrom = rss; riseT = t; } else { riseFrom = prev; riseT = prevT; }
+        risePh = ph;
       }
-      prev = rss;
+      // the phase a rise is charged to: the one in which it gained most recently
+      if (rss > prev && prev > 0) risePh = ph;
+      prev = rss; prevT = t;
     }
   }
   Atomics.wait(nap, 0, 0, 1);
 }
+if (prev > 0) endRise();
 parentPort.postMessage({ hwm, at, phaseAt, phases, jumps, jumpCount, readings });
 `;
 
@@ -66,7 +89,7 @@ export class PeakTrace {
   private readonly ctl = new Int32Array(new SharedArrayBuffer(12));
   private readonly names: string[] = [];
   private readonly worker: Worker;
-  private readonly done: Promise<{ hwm: number; at: number; phaseAt: number; phases: Record<string, number>; jumps: [number, number, number, number][]; jumpCount: number; readings: number }>;
+  private readonly done: Promise<{ hwm: number; at: number; phaseAt: number; phases: Record<string, number>; jumps: [number, number, number, number, number][]; jumpCount: number; readings: number }>;
 
   constructor() {
     this.worker = new Worker(WORKER, { eval: true, workerData: { sab: this.ctl.buffer } });
@@ -110,9 +133,9 @@ export class PeakTrace {
       phases: Object.fromEntries(Object.entries(r.phases).map(([i, k]) => [name(Number(i)), mib(k)])),
       jumpCount: r.jumpCount,
       jumps: r.jumps
-        .sort((a, b) => (b[3] - b[2]) - (a[3] - a[2]))
+        .sort((a, b) => (b[4] - b[3]) - (a[4] - a[3]))
         .filter((j, k, all) => all.slice(0, k).filter((o) => o[0] === j[0]).length < JUMPS_PER_PHASE)
-        .map(([i, t, from, to]) => ({ phase: name(i), atS: Math.round(t) / 1000, fromMiB: mib(from), toMiB: mib(to) })),
+        .map(([i, t, ms, from, to]) => ({ phase: name(i), atS: Math.round(t) / 1000, ms: Math.round(ms * 10) / 10, fromMiB: mib(from), toMiB: mib(to) })),
       readings: r.readings,
     };
   }
@@ -120,6 +143,6 @@ export class PeakTrace {
 
 export function peakTraceText(r: PeakTraceReport): string {
   const big = r.jumps.find((j) => j.phase === r.phase);
-  const jumps = `${r.jumpCount} readings rose 2 MiB or more over the one before; ${big ? `in that phase the largest rise was +${(big.toMiB - big.fromMiB).toFixed(1)} to ${big.toMiB.toFixed(1)} MiB at ${big.atS.toFixed(2)} s` : 'none in that phase'}`;
+  const jumps = `${r.jumpCount} rises of 2 MiB or more within ${RISE_MS} ms; ${big ? `in that phase the largest was +${(big.toMiB - big.fromMiB).toFixed(1)} to ${big.toMiB.toFixed(1)} MiB in ${big.ms} ms at ${big.atS.toFixed(2)} s` : 'none in that phase'}`;
   return `agent VmHWM ${r.peakMiB.toFixed(1)} MiB (${(r.peakMiB * 1.048576).toFixed(1)} MB), set in "${r.phase}" at ${r.atS.toFixed(2)} s after the traced agent's start (${r.readings} readings); ${jumps}`;
 }

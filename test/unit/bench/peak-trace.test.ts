@@ -8,6 +8,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { PeakTrace, peakTraceText } from '../../../bench/scale/peak-trace.js';
 
 const GROW = 'process.stdin.once("data", () => { globalThis.b = Buffer.alloc(48 << 20, 1); process.stdout.write("grown\\n"); }); setInterval(() => {}, 1000);';
+// 0.5 MiB every 20 ms, 80 times: 40 MiB in 1.6 s, never 2 MiB within the
+// trace's 10 ms (nor between two readings unless one comes 60 ms late)
+const CREEP = 'process.stdin.once("data", () => { globalThis.k = []; let n = 0; const t = setInterval(() => { k.push(Buffer.alloc(1 << 19, 1)); if (++n === 80) { clearInterval(t); process.stdout.write("grown\\n"); } }, 25); }); setInterval(() => {}, 1000);';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 let children: ChildProcess[] = [];
@@ -19,8 +22,8 @@ afterEach(() => {
   trace = undefined;
 });
 
-function child(): ChildProcess {
-  const c = spawn(process.execPath, ['-e', GROW], { stdio: ['pipe', 'pipe', 'inherit'] });
+function child(script = GROW): ChildProcess {
+  const c = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
   children.push(c);
   return c;
 }
@@ -53,6 +56,21 @@ describe('peak trace (bench:scale --peak-trace)', () => {
     expect(j!.toMiB - j!.fromMiB).toBeGreaterThanOrEqual(2);
     expect(r.jumps.some((x) => x.phase === 'idle')).toBe(false);
     expect(peakTraceText(r)).toContain('set in "grow"');
+  });
+
+  it('does not call a slow growth a jump, however much it adds up to', { timeout: 15_000 }, async () => {
+    const c = child(CREEP);
+    await sleep(300);
+    trace = new PeakTrace();
+    trace.phase('before');
+    trace.track(c.pid!);
+    await sleep(100);
+    trace.phase('creep');
+    await grow(c);
+    const r = await trace.stop();
+    expect(r.phases.creep! - r.phases.before!).toBeGreaterThan(35);
+    expect(r.jumps, JSON.stringify(r.jumps)).toEqual([]);
+    expect(r.jumpCount).toBe(0);
   });
 
   it('starts over for a new pid (a restarted agent has a VmHWM of its own)', async () => {
