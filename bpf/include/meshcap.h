@@ -25,7 +25,7 @@
 #define MC_MAX_ORIGDST 65536  /* TCP connections between SYN and the proxy side's handshake */
 #define MC_MAX_SOCKORIG 16384 /* TCP connects inside connect() */
 #define MC_MAX_DNSORIG 65536  /* UDP DNS sockets, most recently used */
-#define MC_MAX_LISTEN 32768 /* sockets, not pods: a node runs far fewer than 16,384 pods x 2 families; unchanged so an upgrade reuses the pinned map */
+#define MC_MAX_LISTEN 65536 /* listening sockets (one per SO_REUSEPORT socket, up to MC_LISTEN_SLOTS per listener); the default of --listen-entries, which the loader sets (src/loader/map-sizes.ts) */
 #define MC_POD_ADDRS 4
 /* mc_dstslot: (pod, 127.x address) -> the original destination it stands for.
  * Entries are made by connect4/6 on a destination's first redirected connect

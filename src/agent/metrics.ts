@@ -145,7 +145,7 @@ export function createMetrics(store: StateStore, ebpfNow: () => EbpfBackend | nu
   };
   new Gauge({
     name: 'meshcap_bpf_map_entries',
-    help: 'Entries in each per-pod eBPF map (mc_pods, mc_cidrs, mc_ports, mc_portranges, mc_stats, mc_dstslot), read at scrape time; compare with meshcap_bpf_map_max_entries (a full mc_dstslot sends new destinations the slower way, through socket storage)',
+    help: "Entries in each per-pod eBPF map (mc_pods, mc_cidrs, mc_ports, mc_portranges, mc_stats, mc_dstslot, mc_listen), read at scrape time; compare with meshcap_bpf_map_max_entries (a full mc_dstslot sends new destinations the slower way, through socket storage; a full mc_listen leaves a proxy's new listening sockets without captured inbound connections)",
     labelNames: ['map'] as const,
     registers: [registry],
     collect() {

@@ -49,7 +49,16 @@ export interface PodOutcome {
   detail?: string[];
   /** Inbound listeners of a running proxy put back into mc_listen. */
   listeners?: number;
+  /**
+   * failed, and all that failed was the proxy's listener (mc_listen): its
+   * captured inbound connections are refused, none goes around the proxy.
+   */
+  refused?: true;
 }
+
+/** What a failed pod's traffic does until it is fixed, for its log line, Event and `meshcap load`'s output. */
+export const failedTrafficText = (out: PodOutcome) =>
+  out.refused ? "its captured inbound connections are refused (none bypasses the sidecar)" : 'its traffic may bypass the sidecar';
 
 export interface ReconcileReport {
   trigger: ReconcileTrigger;
@@ -167,8 +176,9 @@ export async function reconcilePods(
     if (out.outcome === 'restored') log.warn({ pod, containerId: out.containerId, trigger, drift: out.detail }, 'datapath differed from the record: pod restored');
     else if (out.outcome === 'dropped') log.info({ pod, containerId: out.containerId, trigger, reason: out.detail?.[0] }, 'record dropped: its netns is gone');
     else if (out.outcome === 'failed') {
-      const msg = `meshcap cannot restore the ${first.mode} redirect of pod ${pod}: ${out.detail?.join('; ')}. Its traffic may bypass the sidecar until this is fixed (see meshcap status).`;
-      log.error({ pod, containerId: out.containerId, netns: first.netns, trigger, problems: out.detail }, 'pod NOT restored: its traffic may bypass the sidecar');
+      const traffic = failedTrafficText(out);
+      const msg = `meshcap cannot restore the ${first.mode} redirect of pod ${pod}: ${out.detail?.join('; ')}. Until this is fixed ${traffic} (see meshcap status).`;
+      log.error({ pod, containerId: out.containerId, netns: first.netns, trigger, problems: out.detail }, `pod NOT restored: ${traffic}`);
       return d.reporter?.podProblem(first.podNamespace, first.podName, 'MeshcapRedirectLost', msg).catch((err: unknown) => {
         log.warn({ pod, err: causeOf(err) }, 'cannot post a pod event');
       });
@@ -352,7 +362,8 @@ async function reconcileOne(d: ReconcileDeps, rec: AttachmentRecord, pass: PassS
       listeners = r.registered.length;
       if (listeners > 0) drift.push(listenerDrift(r.registered));
     } catch (err) {
-      return { ...base, outcome: 'failed', detail: [...drift, `cannot register the proxy's inbound listener: ${causeOf(err)}`] };
+      // with its entries in place (drift empty or repaired) only inbound is lost, and it fails closed
+      return { ...base, outcome: 'failed', detail: [...drift, `cannot register the proxy's inbound listener: ${causeOf(err)}`], refused: true };
     }
   }
   if (drift.length === 0) return { ...base, outcome: 'ok' };

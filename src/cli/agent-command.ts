@@ -72,6 +72,7 @@ export function registerAgentCommand(program: Command): void {
     .addOption(mapSizeOption('mc_sockorig'))
     .addOption(mapSizeOption('mc_dnsorig'))
     .addOption(mapSizeOption('mc_dstslot'))
+    .addOption(mapSizeOption('mc_listen'))
     .addOption(removedSpliceOption())
     .addOption(new Option('--log-level <level>', 'pino log level').choices(['debug', 'info', 'warn', 'error']).default('info'))
     .action(async (o: AgentFlags) => {

@@ -29,11 +29,12 @@ const MAP_SIZE_HELP: Record<SizedMap, string> = {
   mc_sockorig: 'mc_sockorig entries: TCP connects inside connect()',
   mc_dnsorig: 'mc_dnsorig entries: UDP DNS sockets, the most recently used kept',
   mc_dstslot: 'mc_dstslot entries: (pod, destination) pairs with a loopback address of their own; once full, new destinations keep their original destination in socket storage',
+  mc_listen: "mc_listen entries: meshed pods' proxy listening sockets (inbound port per family, outbound port on 0.0.0.0; one per SO_REUSEPORT socket, up to 4 per listener); a listener with no room gets no captured inbound connection",
 };
 /** One sized map's size (docs/datapath.md "Map sizes and memory"); applies when the map is created: a pinned map keeps its size. */
 export const mapSizeOption = (name: SizedMap) =>
   new Option(`${MAP_SIZE_OPTION[name]} <n>`, `${MAP_SIZE_HELP[name]} (${MIN_MAP_ENTRIES}..${MAX_MAP_ENTRIES}; applies when the map is created)`).default(String(DEFAULT_MAP_SIZES[name]));
-export interface MapSizeFlags { origdstEntries: string; sockorigEntries: string; dnsorigEntries: string; dstslotEntries: string }
+export interface MapSizeFlags { origdstEntries: string; sockorigEntries: string; dnsorigEntries: string; dstslotEntries: string; listenEntries: string }
 /** Validated sizes, or a UsageError (exit code 2) naming the option. */
 export function mapSizesOrUsage(o: MapSizeFlags): MapSizes {
   try {
@@ -53,7 +54,7 @@ export const stateDirOption = () => new Option('--state-dir <dir>', 'the agent\'
  */
 async function restoreRecordedPods(pinRoot: string, stateDir: string): Promise<{ lines: string[]; failed: number }> {
   if (!existsSync(stateDir)) return { lines: [`no records in ${stateDir}: no pods to restore`], failed: 0 };
-  const [{ pino }, { KeyedLock }, { reconcilePods }, { EbpfBackend }, { PodDatapath }] = await Promise.all([
+  const [{ pino }, { KeyedLock }, { reconcilePods, failedTrafficText }, { EbpfBackend }, { PodDatapath }] = await Promise.all([
     import('pino'), import('../agent/keyed-lock.js'), import('../agent/reconcile.js'),
     import('../pod-datapath/ebpf.js'), import('../pod-datapath/pod-datapath.js'),
   ]);
@@ -73,7 +74,7 @@ async function restoreRecordedPods(pinRoot: string, stateDir: string): Promise<{
     const lines = [`pods: ${r.records} recorded, ${r.restored} restored, ${r.failed} NOT restored, ${r.listenersRegistered} proxy listeners re-registered (${r.ms} ms)`];
     for (const p of r.pods) {
       if (p.outcome === 'restored') lines.push(`restored ${p.pod}: ${p.detail?.join('; ')}`);
-      if (p.outcome === 'failed') lines.push(`NOT restored ${p.pod}: ${p.detail?.join('; ')} (its traffic may bypass the sidecar)`);
+      if (p.outcome === 'failed') lines.push(`NOT restored ${p.pod}: ${p.detail?.join('; ')} (${failedTrafficText(p)})`);
     }
     for (const p of problems) lines.push(`problem: ${p}`);
     return { lines, failed: r.failed };
@@ -154,6 +155,7 @@ export function registerDatapathCommands(program: Command): void {
     .addOption(mapSizeOption('mc_sockorig'))
     .addOption(mapSizeOption('mc_dnsorig'))
     .addOption(mapSizeOption('mc_dstslot'))
+    .addOption(mapSizeOption('mc_listen'))
     .action(async (o: { pinRoot: string; mode: ModeRequest; splice?: boolean; stateDir: string } & MapSizeFlags) => {
       checkDirOption('--state-dir', o.stateDir);
       const mapSizes = mapSizesOrUsage(o);

@@ -250,5 +250,5 @@ function inboundVerdict(maps: PodMapReader, netns: bigint, pod: McPod, peer: { f
   if (maps.hasListener(netns, pod.inbound_port, family) || (family === 4 && maps.hasListener(netns, pod.inbound_port, 6))) {
     return { verdict: 'captured', to: `the proxy's listener on port ${pod.inbound_port}`, decidedBy: why };
   }
-  return { verdict: 'refused', decidedBy: `${why}, but no proxy listener on port ${pod.inbound_port} is in mc_listen (the proxy is not listening yet): the connection is dropped rather than bypass the sidecar` };
+  return { verdict: 'refused', decidedBy: `${why}, but no proxy listener on port ${pod.inbound_port} is in mc_listen (the proxy is not listening yet, or mc_listen was full when it began to: the agent's self-check reports that): the connection is dropped rather than bypass the sidecar` };
 }

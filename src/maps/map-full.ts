@@ -30,5 +30,23 @@ export class MapFullError extends Error {
   }
 }
 
+/**
+ * A running proxy's listening socket that mc_listen has no room for: nothing
+ * steers the pod's captured inbound connections to it, so they are refused
+ * (never sent around the proxy) until there is room.
+ */
+export class ListenMapFullError extends Error {
+  override readonly name = 'ListenMapFullError';
+  constructor(readonly maxEntries: number, readonly family: 4 | 6, readonly port: number, readonly errno: string) {
+    super(
+      `eBPF map ${MAP.listen} is full (${errno}): it holds at most ${maxEntries} listening sockets of meshed pods' proxies ` +
+        `(one per SO_REUSEPORT socket, up to 4 per listener), and this pod's proxy listener on IPv${family} port ${port} has none, ` +
+        'so its captured inbound connections are refused. To make room: raise --listen-entries (Helm mapEntries.listen; it applies ' +
+        'when the datapath is recreated: meshcap uninstall, then meshcap load, or a reboot), or run fewer meshed pods or fewer proxy ' +
+        `worker threads on this node. meshcap_bpf_map_entries{map="${MAP.listen}"} / meshcap_bpf_map_max_entries show the fill.`,
+    );
+  }
+}
+
 /** errno codes of an insert into a full map: hash maps E2BIG, the LPM trie ENOSPC. */
 export const FULL = new Set(['E2BIG', 'ENOSPC']);

@@ -6,10 +6,11 @@
 // (/proc/<pid>/net/tcp{,6} of a process in the pod's netns, state LISTEN on
 // the inbound port), its fd is duplicated out of the proxy with pidfd_getfd,
 // and put into the sockhash from here.
-import { readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import { MAP, MC_LISTEN_SLOTS, mcListenKey } from '../maps/layout.js';
+import { FULL, ListenMapFullError } from '../maps/map-full.js';
 import { pinLayout } from '../loader/manifest.js';
 
 /** Processes by the network namespace they live in ("dev:ino" of /proc/<pid>/ns/net). */
@@ -114,6 +115,22 @@ export function listenerSnapshot(pinRoot: string): Set<string> {
   }
 }
 
+/**
+ * mc_listen's keys (listening sockets) and capacity, for the fill gauges: a
+ * full map leaves proxies unreachable. Null while it is not pinned (a
+ * datapath removed under the agent, until the self-check loads it again).
+ */
+export function listenerFill(pinRoot: string): { map: string; entries: number; maxEntries: number } | null {
+  const pin = path.join(pinLayout(pinRoot).maps, MAP.listen);
+  if (!existsSync(pin)) return null;
+  const fd = bpf.objGet(pin);
+  try {
+    return { map: MAP.listen, entries: bpf.mapKeysPacked(fd, mcListenKey.size).length / mcListenKey.size, maxEntries: bpf.mapInfo(fd).maxEntries };
+  } finally {
+    bpf.closeFd(fd);
+  }
+}
+
 export interface ListenerRefill {
   /** families whose key was already in mc_listen */
   present: (4 | 6)[];
@@ -184,6 +201,10 @@ export function refillPodListeners(opts: {
             const value = Buffer.alloc(8);
             value.writeBigUInt64LE(BigInt(mine));
             bpf.mapUpdate(mapFd(), key(family, slot++), value);
+          } catch (e) {
+            const code = (e as { code?: unknown }).code;
+            if (typeof code === 'string' && FULL.has(code)) throw new ListenMapFullError(bpf.mapInfo(mapFd()).maxEntries, family, opts.port, code);
+            throw e;
           } finally {
             bpf.closeFd(mine);
           }

@@ -16,7 +16,7 @@ import { addPassthroughV6, netnsCookie, netnsProblem } from '../pod-netns.js';
 import type { PodBackend, PodSetup, RemoveOutcome } from './backend.js';
 import { attachPodInbound, detachPodInbound, hasPodInbound, linkProvesNetns, linksProveNetns, linksProveNetnsAsync } from './ebpf-inbound.js';
 import { InboundPool } from './inbound-pool.js';
-import { listenerSnapshot, refillPodListeners, type ListenerRefill, type NetnsProcesses } from './ebpf-listeners.js';
+import { listenerFill, listenerSnapshot, refillPodListeners, type ListenerRefill, type NetnsProcesses } from './ebpf-listeners.js';
 
 /** podEntries encodes only: a config eBPF mode cannot honour never reaches the maps. */
 function assertSupported(cfg: CaptureConfig, podIPs: string[]): void {
@@ -231,7 +231,8 @@ export class EbpfBackend implements PodBackend {
    * per scrape would cost more than it tells.
    */
   fill(): { map: string; entries: number; maxEntries: number }[] {
-    return this.maps.fill();
+    const listen = listenerFill(this.pinRoot);
+    return listen ? [...this.maps.fill(), listen] : this.maps.fill();
   }
 
   /** Entries left for a netns in any per-pod map (0 after remove; its destination slots are not counted: they go with the netns, sweepSlots). */

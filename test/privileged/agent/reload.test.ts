@@ -6,6 +6,7 @@
 // passes, inbound lands on the proxy with the original destination, and not
 // one outbound connection started after that reaches its destination directly.
 // The self-check repairs the same loss while the agent runs.
+import net from 'node:net';
 import path from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -214,6 +215,65 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
       await expectInboundToProxy('after-listener-lost');
       // nothing left to put back: the next pass finds the pod ok
       expect(await agent().selfCheck()).toMatchObject({ restored: 0, failed: 0, pods: [] });
+    });
+  }
+
+  if (mode === 'ebpf') {
+    it('a proxy listener mc_listen has no room for: refused, never direct; the self-check names the map, its size and the option; room made, put back', async () => {
+      const rec = agent().store.get('c-reload', 'eth0')!;
+      const cookie = cookieOf(rec)!;
+      const port = Number(configOf(rec).inboundCapturePort);
+      const fd = bpf.objGet(path.join(pinLayout(fx.pinRoot).maps, MAP.listen));
+      // mc_listen filled by one socket of this process under keys of a netns no pod has
+      const filler = net.createServer();
+      await new Promise<void>((r) => filler.listen(0, '127.0.0.1', r));
+      const sock = Buffer.alloc(8);
+      sock.writeBigUInt64LE(BigInt((filler as unknown as { _handle: { fd: number } })._handle.fd));
+      const fillers: Buffer[] = [];
+      try {
+        for (const k of bpf.mapKeys(fd, mcListenKey.size)) if (mcListenKey.decode(k).netns === cookie) bpf.mapDelete(fd, k);
+        const max = bpf.mapInfo(fd).maxEntries;
+        let full = '';
+        for (let i = 0; i <= max && !full; i++) {
+          const k = mcListenKey.encode({ netns: 0xfeedn, port: 1 + (i >> 2), family: 4, slot: i & 3, pad: Buffer.alloc(4) });
+          try {
+            bpf.mapUpdate(fd, k, sock);
+            fillers.push(k);
+          } catch (e) {
+            full = (e as { code?: string }).code ?? String(e);
+          }
+        }
+        expect(full).toBe('E2BIG');
+        expect(fillers.length).toBe(max);
+
+        // fail closed: the SYN finds no listener to steer to, and is not sent to the app
+        await expect(client.call('connect', { host: '198.18.21.1', port: 8080, payload: 'full', timeoutMs: 1500 })).rejects.toThrow();
+        const r = await agent().selfCheck();
+        expect(r).toMatchObject({ failed: 1, restored: 0 });
+        expect(r.pods.find((p) => p.pod === 'default/web')).toMatchObject({ outcome: 'failed', refused: true });
+        const detail = r.pods.find((p) => p.pod === 'default/web')?.detail?.join(' ') ?? '';
+        expect(detail).toMatch(new RegExp(`mc_listen is full \\(E2BIG\\): it holds at most ${max} listening sockets`));
+        expect(detail).toMatch(/IPv4 port 15006 has none, so its captured inbound connections are refused/);
+        expect(detail).toMatch(/raise --listen-entries \(Helm mapEntries\.listen/);
+        // the fill gauges read the maps at most once a second: an earlier test's scrape may be that recent
+        let m = '';
+        for (let i = 0; i < 30 && !m.includes(`meshcap_bpf_map_entries{map="mc_listen"} ${max}`); i++) {
+          if (i > 0) await sleep(100);
+          m = await (await fetch(`http://127.0.0.1:${agent().http!.address.port}/metrics`)).text();
+        }
+        expect(m).toMatch(/meshcap_pods_unrestored 1/);
+        expect(m).toContain(`meshcap_bpf_map_entries{map="mc_listen"} ${max}`);
+        expect(m).toContain(`meshcap_bpf_map_max_entries{map="mc_listen"} ${max}`);
+
+        for (const k of fillers.splice(0)) bpf.mapDelete(fd, k);
+        const again = await agent().selfCheck();
+        expect(again).toMatchObject({ restored: 1, failed: 0 });
+        await expectInboundToProxy('after-room');
+      } finally {
+        for (const k of fillers) bpf.mapDelete(fd, k);
+        bpf.closeFd(fd);
+        filler.close();
+      }
     });
   }
 

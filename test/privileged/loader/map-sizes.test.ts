@@ -1,5 +1,5 @@
 // The sized maps (--origdst-entries, --sockorig-entries, --dnsorig-entries,
-// --dstslot-entries) through the real CLI, with bpftool as the observer: a
+// --dstslot-entries, --listen-entries) through the real CLI, with bpftool as the observer: a
 // load creates the maps at the size asked for; a later load with another size
 // adopts the pinned maps as they are and says when the new size applies; after
 // uninstall a load creates them at the new size. A pod inbound program loads
@@ -27,7 +27,7 @@ afterEach(() => {
 });
 
 const meshcap = (...args: string[]) => execa(process.execPath, [path.join(projectRoot, 'bin/meshcap'), ...args], { reject: false });
-const sizeArgs = (s: MapSizes) => ['--origdst-entries', String(s.mc_origdst), '--sockorig-entries', String(s.mc_sockorig), '--dnsorig-entries', String(s.mc_dnsorig), '--dstslot-entries', String(s.mc_dstslot)];
+const sizeArgs = (s: MapSizes) => ['--origdst-entries', String(s.mc_origdst), '--sockorig-entries', String(s.mc_sockorig), '--dnsorig-entries', String(s.mc_dnsorig), '--dstslot-entries', String(s.mc_dstslot), '--listen-entries', String(s.mc_listen)];
 
 interface BpftoolMap { id: number; name: string; type: string; max_entries: number; bytes_memlock: number }
 async function pinnedMaps(root: string): Promise<Map<string, BpftoolMap>> {
@@ -47,8 +47,9 @@ const report = (label: string, maps: Map<string, BpftoolMap>) =>
 
 // The sizes before issue 19 (every LRU map 262,144 entries) and some other
 // size that is not a power of two.
-const A: MapSizes = { mc_origdst: 262_144, mc_sockorig: 262_144, mc_dnsorig: 262_144, mc_dstslot: 65_536 };
-const B: MapSizes = { mc_origdst: 50_000, mc_sockorig: 3_000, mc_dnsorig: 20_000, mc_dstslot: 4_096 };
+// A: the LRU sizes before issue 19, and mc_listen's compiled size before --listen-entries (32,768)
+const A: MapSizes = { mc_origdst: 262_144, mc_sockorig: 262_144, mc_dnsorig: 262_144, mc_dstslot: 65_536, mc_listen: 32_768 };
+const B: MapSizes = { mc_origdst: 50_000, mc_sockorig: 3_000, mc_dnsorig: 20_000, mc_dstslot: 4_096, mc_listen: 2_000 };
 
 describeEbpf('LRU map sizes', () => {
   it('size A, then B: adopted A with the message; uninstall, then B: B (bpftool)', async () => {
@@ -60,6 +61,7 @@ describeEbpf('LRU map sizes', () => {
     expect(first.exitCode, first.stderr).toBe(0);
     expect(first.stdout).toMatch(/map +mc_origdst +262144 entries\n/);
     expect(first.stdout).toMatch(/map +mc_dstslot +65536 entries\n/);
+    expect(first.stdout).toMatch(/map +mc_listen +32768 entries\n/);
     const mapsA = await pinnedMaps(root);
     expect(sizesOf(mapsA)).toEqual(A);
     report('262,144 each (the sizes before issue 19)', mapsA);

@@ -1,4 +1,4 @@
-// The LRU map size options of `meshcap load` and `meshcap agent`: validated
+// The map size options (the three LRU maps, mc_dstslot, mc_listen) of `meshcap load` and `meshcap agent`: validated
 // before anything touches the kernel (exit 2 naming the option and the range),
 // and the defaults are the sizes compiled into every object (meshcap.h).
 import { Command } from 'commander';
@@ -37,13 +37,14 @@ describe('LRU map size options', () => {
     expect(r.err).toMatch(/--sockorig-entries "12" is not a number of entries between 1024 and 4194304/);
   });
 
-  it.each([['load'], ['agent']])('meshcap %s --help lists the four options with their defaults', async (cmd) => {
+  it.each([['load'], ['agent']])('meshcap %s --help lists the five options with their defaults', async (cmd) => {
     const r = await run([cmd, '--help']);
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/--origdst-entries <n>[\s\S]*\(default: "65536"\)/);
     expect(r.out).toMatch(/--sockorig-entries <n>[\s\S]*\(default: "16384"\)/);
     expect(r.out).toMatch(/--dnsorig-entries <n>[\s\S]*\(default: "65536"\)/);
     expect(r.out).toMatch(/--dstslot-entries <n>[\s\S]*\(default:\s+"65536"\)/);
+    expect(r.out).toMatch(/--listen-entries <n>[\s\S]*\(default:\s+"65536"\)/);
   });
 
   it('the defaults are the sizes compiled into every object that carries the maps', () => {
