@@ -6,7 +6,7 @@
 // new agent on the same state dir and pin root), timed from spawn to its
 // "ready" line.
 //
-//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--warmup 200] [--restart-at 1000,10000] [--drain yes|no] [--exec launcher|node] [--peak-trace] [--listen] [--json FILE] [--plot FILE.svg]
+//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--warmup 200] [--restart-at 1000,10000] [--drain yes|no] [--exec launcher|node] [--peak-trace] [--listen [--listen-workers N] [--listen-entries N]] [--json FILE] [--plot FILE.svg]
 //   ... bench/scale/main.ts --plot-only FILE.json --plot FILE.svg   (redraw from a stored run)
 //
 // Needs root and the build (npm run build). The agent is the real one
@@ -27,9 +27,9 @@ import { daemonSetAgentEnv } from '../../test/helpers/agent-process.js';
 import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 import { Launcher, runNode, type ExecResult } from '../cni/launcher.js';
 import { PeakTrace, peakTraceText } from './peak-trace.js';
-import { PodListeners, SOCKETS_PER_POD } from './pod-listeners.js';
+import { PodListeners } from './pod-listeners.js';
 import * as bpf from '../../src/native/addon.js';
-import { MAP, mcListenKey } from '../../src/maps/layout.js';
+import { MAP, MC_LISTEN_SLOTS, mcListenKey } from '../../src/maps/layout.js';
 import { pinLayout } from '../../src/loader/manifest.js';
 import { plotScale, type ScaleBenchData } from './plot.js';
 
@@ -65,6 +65,11 @@ const opt = parseOptions(import.meta.url, 'bench:scale', {
   'peak-trace': { type: 'boolean', default: false },
   // each registered pod gets its sidecar's listening sockets (pod-listeners.ts): mc_listen fills as on a node of real proxies
   listen: { type: 'boolean', default: false },
+  // with --listen: sockets per listener, SO_REUSEPORT (Envoy opens one per worker; Istio's sidecars run 2). At most
+  // MC_LISTEN_SLOTS: mc_listen registers that many per listener, so more would not be in it by design
+  'listen-workers': { type: 'string', default: '1' },
+  // the agent's --listen-entries (mc_listen's size; the bench's pin root is fresh, so the agent creates it): default the agent's
+  'listen-entries': { type: 'string' },
   json: { type: 'string' },
   plot: { type: 'string' },
   'plot-only': { type: 'string' },
@@ -156,6 +161,12 @@ if (process.env.MESHCAP_SCALE_INNER === undefined) {
   // the inner run mounts a tmpfs on it, seen by the inner run only: here it stays an empty directory
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'meshcap-scale-'));
   const base = awaitNetnsTeardown('before the run');
+  // A Ctrl-C or a kill of both (pkill -f) ends the inner run, which cleans up
+  // what it can; this process must live on to do the rest (an agent left
+  // running, programs attached at the cgroup root under the pin root). The
+  // handlers only keep the default action (exit) away: they run once the inner
+  // run has ended, and the exit code is the inner run's.
+  for (const s of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(s, () => undefined);
   const r = spawnSync('unshare', ['--mount', '--propagation', 'private', process.execPath, ...process.execArgv, ...process.argv.slice(1)], {
     stdio: 'inherit', env: { ...process.env, MESHCAP_SCALE_INNER: pinRoot, MESHCAP_SCALE_PIDFILE: pidFile, MESHCAP_SCALE_TMP: tmp },
   });
@@ -205,7 +216,12 @@ function listenKeys(): number {
 }
 const trace = opt['peak-trace'] ? new PeakTrace() : undefined;
 // Istio's defaults: the pods carry no port annotations
-const listeners = opt.listen ? new PodListeners(15006, 15001) : undefined;
+const LISTEN_WORKERS = Number(opt['listen-workers']);
+if (!Number.isInteger(LISTEN_WORKERS) || LISTEN_WORKERS < 1 || LISTEN_WORKERS > MC_LISTEN_SLOTS) {
+  throw new Error(`--listen-workers ${JSON.stringify(opt['listen-workers'])}: 1..${MC_LISTEN_SLOTS} (mc_listen registers at most ${MC_LISTEN_SLOTS} sockets per listener)`);
+}
+if (LISTEN_WORKERS > 1 && !opt.listen) throw new Error('--listen-workers needs --listen');
+const listeners = opt.listen ? new PodListeners(15006, 15001, LISTEN_WORKERS) : undefined;
 const stopAgent = async (signal: NodeJS.Signals = 'SIGTERM') => {
   const a = agent;
   agent = undefined;
@@ -282,6 +298,8 @@ let readyLine: ((l: Record<string, unknown>) => void) | undefined;
 /** The agent's last 'start-up settled' line (its full GCs after the start) and its VmHWM then. */
 interface Settled { sinceReadyMs: number; gcMs: number[]; rssMiB: number; peakMiB: number }
 let lastSettled: Settled | undefined;
+/** The agent's self-check passes that found something (its 'self-check repaired drift' lines): a full mc_listen shows here. */
+const driftPasses: { restored: number; dropped: number; notRestored: number; ms: number }[] = [];
 
 async function startAgentProcess(): Promise<{ wallMs: number; ready: Record<string, unknown> }> {
   const t0 = performance.now();
@@ -290,7 +308,8 @@ async function startAgentProcess(): Promise<{ wallMs: number; ready: Record<stri
   // deploy/meshcap.yaml): its RSS is measured as deployed
   const env = { ...process.env, ...agentEnv };
   const a = spawn(process.execPath, [MESHCAP, 'agent', '--standalone', '--pods', path.join(tmp, 'pods.json'), '--socket', socket,
-    '--pin-root', pinRoot, '--mode', 'ebpf', '--state-dir', stateDir, '--exclude-namespaces', 'kube-system'], { stdio: ['ignore', 'pipe', 'pipe'], env });
+    '--pin-root', pinRoot, '--mode', 'ebpf', '--state-dir', stateDir, '--exclude-namespaces', 'kube-system',
+    ...(opt['listen-entries'] ? ['--listen-entries', opt['listen-entries']] : [])], { stdio: ['ignore', 'pipe', 'pipe'], env });
   agent = a;
   writeFileSync(pidFile, String(a.pid));
   trace?.track(a.pid!);
@@ -311,6 +330,11 @@ async function startAgentProcess(): Promise<{ wallMs: number; ready: Record<stri
       const l = JSON.parse(line) as Record<string, unknown>;
       if (l.msg === 'cni request' && typeof l.containerId === 'string' && typeof l.durationMs === 'number') agentMs.set(`${l.verb as string}:${l.containerId}`, l.durationMs);
       else if (l.msg === 'meshcap agent ready') readyLine?.(l);
+      else if (l.msg === 'self-check repaired drift') {
+        const d = { restored: Number(l.restored), dropped: Number(l.dropped), notRestored: Number(l.notRestored), ms: Number(l.ms) };
+        driftPasses.push(d);
+        log(`agent self-check: ${d.restored} restored, ${d.dropped} dropped, ${d.notRestored} NOT restored (${d.ms} ms)`);
+      }
       else if (l.msg === 'start-up settled: its garbage collected') {
         lastSettled = { sinceReadyMs: Number(l.sinceReadyMs), gcMs: l.gcMs as number[], rssMiB: Number(l.rssMiB), peakMiB: memOf(a.pid!).peak };
         log(`agent's start-up settled ${String(l.sinceReadyMs)} ms after ready: full GCs ${JSON.stringify(l.gcMs)} ms, then RSS ${String(l.rssMiB)} MiB (its peak so far ${lastSettled.peakMiB.toFixed(1)}), V8 heap ${String(l.heapUsedMiB)} of ${String(l.heapTotalMiB)} MiB used, external ${String(l.externalMiB)} MiB`);
@@ -515,7 +539,7 @@ try {
       // after the ADDs: sockops registers a listener only in a pod the maps already hold
       const held = await listeners.add(Array.from({ length: size - from }, (_, k) => nsPath(from + k)));
       const keys = listenKeys();
-      log(`${held} sockets listening in the pods (${SOCKETS_PER_POD} each); mc_listen holds ${keys}`);
+      log(`${held} sockets listening in the pods (${listeners.socketsPerPod} each); mc_listen holds ${keys}`);
       if (keys < held) log(`WARNING: ${held - keys} listening sockets are not in mc_listen (it holds ${keys}): is it full?`);
     }
 
@@ -571,7 +595,7 @@ try {
   await stopAgent();
 
   const f = (x: number) => x.toFixed(2).padStart(7);
-  console.log(`eBPF mode, meshed Istio pods${listeners ? ` with ${SOCKETS_PER_POD} listening sockets each (--listen; mc_listen holds ${listenKeys()} at the end)` : ''}, ${SAMPLE} ADDs sampled per size after ${WARMUP} unrecorded ADD+DEL pairs, plugin exec'd by ${opt.exec === 'node' ? "the bench's Node process (fork + exec)" : 'mc-cni-exec (posix_spawn, as a runtime)'}, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
+  console.log(`eBPF mode, meshed Istio pods${listeners ? ` with ${listeners.socketsPerPod} listening sockets each (--listen${LISTEN_WORKERS > 1 ? ` --listen-workers ${LISTEN_WORKERS}` : ''}; mc_listen holds ${listenKeys()} at the end)` : ''}, ${SAMPLE} ADDs sampled per size after ${WARMUP} unrecorded ADD+DEL pairs, plugin exec'd by ${opt.exec === 'node' ? "the bench's Node process (fork + exec)" : 'mc-cni-exec (posix_spawn, as a runtime)'}, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
   console.log(`agent env (deploy/meshcap.yaml${opt['agent-node-options'] !== undefined ? ', NODE_OPTIONS from --agent-node-options' : ''}): ${JSON.stringify(agentEnv)}${Object.keys(agentSwitches).length > 0 ? `, switches ${JSON.stringify(agentSwitches)}` : ''}; RSS at ready with no pod registered: ${memText(readyMem)}`);
   console.log('pods registered   ADD p50   ADD p99   agent p50  agent p99  agent CPU/ADD µs   DEL p50   RSS MiB (MB, anon/file MiB)   status ms   load avg');
   for (const r of results) {
@@ -595,7 +619,7 @@ try {
     console.log(`ADD p50 growth ${last.pods} pods against ${first.pods} at both ends of the run (before and after): ${growth(d.addExecToExit.p50, last.addExecToExit.p50)} against after, ${growth(both((r) => r.addExecToExit.p50), last.addExecToExit.p50)} against their mean (exec to exit); agent ${growth(both((r) => r.addAgent.p50), last.addAgent.p50)}, agent CPU/ADD ${growth(both((r) => r.addAgentCpuUs), last.addAgentCpuUs)} against the mean`);
   }
   if (peakTrace) console.log(peakTraceText(peakTrace));
-  const data = { when: new Date().toISOString(), exec: opt.exec, agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, warmup: WARMUP, listen: opt.listen, results, ...(drained ? { drained } : {}), ...(peakTrace ? { peakTrace } : {}) };
+  const data = { when: new Date().toISOString(), exec: opt.exec, agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, warmup: WARMUP, listen: opt.listen, listenWorkers: LISTEN_WORKERS, listenEntries: opt['listen-entries'] ?? null, driftPasses, results, ...(drained ? { drained } : {}), ...(peakTrace ? { peakTrace } : {}) };
   if (opt.json) writeFileSync(opt.json, JSON.stringify(data, null, 1) + '\n');
   if (opt.plot) {
     plotScale(data, opt.plot);

@@ -10,8 +10,8 @@ import { compileIfStale } from '../lib/cc.js';
 
 const SRC = path.join(projectRoot, 'bench/scale/mc-listen-netns.c');
 const BIN = path.join(projectRoot, 'build/bin/mc-listen-netns');
-/** Sockets per pod: the inbound port on 0.0.0.0 and [::], the outbound port on 0.0.0.0 (Envoy with one worker). */
-export const SOCKETS_PER_POD = 3;
+/** Listeners per pod: the inbound port on 0.0.0.0 and [::], the outbound port on 0.0.0.0; each with a socket per proxy worker. */
+export const LISTENERS_PER_POD = 3;
 
 /** One helper process: its sockets, up to `cap` pods' worth (its open-file limit). */
 class Helper {
@@ -22,7 +22,7 @@ class Helper {
   cap = 0;
   pods = 0;
 
-  constructor(inboundPort: number, outboundPort: number) {
+  constructor(inboundPort: number, outboundPort: number, workers: number) {
     compileIfStale(SRC, BIN);
     this.proc = spawn(BIN, [], { stdio: ['pipe', 'pipe', 'inherit'] });
     this.lines = createInterface({ input: this.proc.stdout! });
@@ -36,7 +36,7 @@ class Helper {
     this.proc.on('exit', (code) => this.waiter?.(`error mc-listen-netns exited (${code})`));
     // its stdin closes with it; what it said is in its answer
     this.proc.stdin!.on('error', () => undefined);
-    this.proc.stdin!.write(`${inboundPort} ${outboundPort}\n`);
+    this.proc.stdin!.write(`${inboundPort} ${outboundPort} ${workers}\n`);
   }
 
   private answer(): Promise<string> {
@@ -72,7 +72,12 @@ export class PodListeners {
   private readonly helpers: Helper[] = [];
   private readonly held: number[] = [];
 
-  constructor(private readonly inboundPort: number, private readonly outboundPort: number) {}
+  /** workers: sockets per listener (SO_REUSEPORT, one per proxy worker thread). */
+  constructor(private readonly inboundPort: number, private readonly outboundPort: number, readonly workers = 1) {}
+
+  get socketsPerPod(): number {
+    return LISTENERS_PER_POD * this.workers;
+  }
 
   /** Opens the sockets in these namespaces, starting helpers as their open-file limits require; resolves with the sockets held in all. */
   async add(netnsPaths: string[]): Promise<number> {
@@ -81,7 +86,7 @@ export class PodListeners {
     while (rest.length > 0) {
       let h = this.helpers.at(-1);
       if (!h || h.pods >= h.cap) {
-        h = new Helper(this.inboundPort, this.outboundPort);
+        h = new Helper(this.inboundPort, this.outboundPort, this.workers);
         this.helpers.push(h);
         this.held.push(0);
         await h.start();
