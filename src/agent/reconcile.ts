@@ -14,6 +14,7 @@ import type { KeySnapshot } from '../maps/registry.js';
 import type { PodTarget } from '../pod-datapath/backend.js';
 import type { EbpfBackend } from '../pod-datapath/ebpf.js';
 import { netnsProcesses, type NetnsProcesses } from '../pod-datapath/ebpf-listeners.js';
+import { ListenerIndex } from '../pod-datapath/listener-index.js';
 import type { PodDatapath } from '../pod-datapath/pod-datapath.js';
 import { netnsState } from '../pod-netns.js';
 import { targetOf } from './handlers.js';
@@ -126,7 +127,7 @@ export async function reconcilePods(
   const processes = () => (procs ??= netnsProcesses());
   // The per-pod maps read whole once for the pass (see KeySnapshot).
   let snap: KeySnapshot | undefined;
-  let listening: Set<string> | undefined;
+  let listening: ListenerIndex | undefined;
   const pass: PassState = {
     processes,
     snapshot: () => {
@@ -134,7 +135,7 @@ export async function reconcilePods(
       if (!ebpf) return undefined;
       return (snap ??= ebpf.snapshot());
     },
-    listening: () => (listening ??= d.datapath.ebpf?.listenerSnapshot() ?? new Set()),
+    listening: () => (listening ??= d.datapath.ebpf?.listenerSnapshot() ?? new ListenerIndex()),
   };
 
   // iptables pods cost an iptables-save in their netns each: the self-check
@@ -253,7 +254,7 @@ interface PassState {
   processes(): NetnsProcesses;
   snapshot(): KeySnapshot | undefined;
   /** mc_listen's pods and families, one walk per pass (see refillPodListeners). */
-  listening(): Set<string>;
+  listening(): ListenerIndex;
 }
 
 /**

@@ -11,6 +11,7 @@ import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import { MAP, MC_LISTEN_SLOTS, mcListenKey } from '../maps/layout.js';
 import { FULL, ListenMapFullError } from '../maps/map-full.js';
+import { ListenerIndex } from './listener-index.js';
 import { pinLayout } from '../loader/manifest.js';
 
 /** Processes by the network namespace they live in ("dev:ino" of /proc/<pid>/ns/net). */
@@ -87,29 +88,16 @@ function fdOfSocket(pid: number, inode: number): number | null {
 }
 
 /**
- * A (pod, port, family) in mc_listen, any slot: its key's first bytes
- * (netns, port, family; the slot and padding follow) as a latin1 string, one
- * char per byte. Made from the packed keys without a Buffer, an object or a
- * BigInt per key.
+ * Which pods' listeners mc_listen holds (any slot), in one walk of the map:
+ * a pass over every pod asks this once instead of looking up each pod's
+ * slots (8 lookups for a pod with no proxy listening). The keys come packed
+ * in one Buffer and go into a typed-array table (listener-index.ts): no
+ * object, string or Buffer per key.
  */
-const ID_BYTES = mcListenKey.fields.find((f) => f.name === 'slot')!.offset;
-export const listenId = (netns: bigint, port: number, family: 4 | 6) =>
-  mcListenKey.encode({ netns, port, family, slot: 0, pad: Buffer.alloc(4) }).toString('latin1', 0, ID_BYTES);
-
-/**
- * Which pods' inbound listeners mc_listen holds (any slot), in one walk of
- * the map: a pass over every pod asks this once instead of looking up each
- * pod's slots (8 lookups for a pod with no proxy listening). The keys come
- * packed in one Buffer: at 10,000 pods whose proxies listen on both families
- * they are 20,000 or more, and a Buffer each held ~5.8 MiB of heap at once.
- */
-export function listenerSnapshot(pinRoot: string): Set<string> {
+export function listenerSnapshot(pinRoot: string): ListenerIndex {
   const fd = bpf.objGet(path.join(pinLayout(pinRoot).maps, MAP.listen));
   try {
-    const keys = bpf.mapKeysPacked(fd, mcListenKey.size);
-    const ids = new Set<string>();
-    for (let at = 0; at < keys.length; at += mcListenKey.size) ids.add(keys.toString('latin1', at, at + ID_BYTES));
-    return ids;
+    return new ListenerIndex().load(bpf.mapKeysPacked(fd, mcListenKey.size), mcListenKey.size);
   } finally {
     bpf.closeFd(fd);
   }
@@ -153,7 +141,7 @@ export function refillPodListeners(opts: {
   /** The /proc scan, asked for only when a key is missing (the common pass finds both present). */
   processes: () => NetnsProcesses;
   /** listenerSnapshot() of this pass: a family in it is present without a lookup; one not in it is looked up only if the pod has a listener to put back. */
-  listening?: Set<string>;
+  listening?: ListenerIndex;
 }): ListenerRefill {
   const res: ListenerRefill = { present: [], registered: [], none: [] };
   let pidsOfNetns: number[] | undefined;
@@ -165,7 +153,7 @@ export function refillPodListeners(opts: {
   const key = (family: 4 | 6, slot: number) => mcListenKey.encode({ netns: opts.netns, port: opts.port, family, slot, pad: Buffer.alloc(4) });
   try {
     for (const family of [4, 6] as const) {
-      if (opts.listening?.has(listenId(opts.netns, opts.port, family))) {
+      if (opts.listening?.has(opts.netns, opts.port, family)) {
         res.present.push(family);
         continue;
       }

@@ -16,6 +16,7 @@ import { addPassthroughV6, netnsCookie, netnsProblem } from '../pod-netns.js';
 import type { PodBackend, PodSetup, RemoveOutcome } from './backend.js';
 import { attachPodInbound, detachPodInbound, hasPodInbound, linkProvesNetns, linksProveNetns, linksProveNetnsAsync } from './ebpf-inbound.js';
 import { InboundPool } from './inbound-pool.js';
+import type { ListenerIndex } from './listener-index.js';
 import { listenerFill, listenerSnapshot, refillPodListeners, type ListenerRefill, type NetnsProcesses } from './ebpf-listeners.js';
 
 /** podEntries encodes only: a config eBPF mode cannot honour never reaches the maps. */
@@ -214,12 +215,12 @@ export class EbpfBackend implements PodBackend {
   }
 
   /** Puts a running proxy's inbound listener back into mc_listen where it is missing (after a map reload). */
-  refillListeners(o: { netns: bigint; netnsPath: string; port: number; processes: () => NetnsProcesses; listening?: Set<string> }): ListenerRefill {
+  refillListeners(o: { netns: bigint; netnsPath: string; port: number; processes: () => NetnsProcesses; listening?: ListenerIndex }): ListenerRefill {
     return refillPodListeners({ pinRoot: this.pinRoot, ...o });
   }
 
   /** The pods' listeners in mc_listen, one map walk: for a pass over every pod (refillListeners' `listening`). */
-  listenerSnapshot(): Set<string> {
+  listenerSnapshot(): ListenerIndex {
     return listenerSnapshot(this.pinRoot);
   }
 

@@ -17,7 +17,7 @@ import { pinLayout } from '../../../src/loader/manifest.js';
 import { MAP, mcListenKey } from '../../../src/maps/layout.js';
 import * as bpf from '../../../src/native/addon.js';
 import { EbpfBackend } from '../../../src/pod-datapath/ebpf.js';
-import { listenId, listenerSnapshot } from '../../../src/pod-datapath/ebpf-listeners.js';
+import { listenerSnapshot } from '../../../src/pod-datapath/ebpf-listeners.js';
 import { projectRoot } from '../../../src/paths.js';
 import { AgentFixture, loseCapture, podBesideServer } from '../../helpers/agent-fixture.js';
 import { describeModes } from '../../helpers/datapaths.js';
@@ -195,7 +195,7 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
       const cookie = cookieOf(rec)!;
       const port = Number(configOf(rec).inboundCapturePort);
       // the pass's one-walk view of mc_listen names the running proxy's listener
-      expect(listenerSnapshot(fx.pinRoot).has(listenId(cookie, port, 4))).toBe(true);
+      expect(listenerSnapshot(fx.pinRoot).has(cookie, port, 4)).toBe(true);
       const fd = bpf.objGet(path.join(pinLayout(fx.pinRoot).maps, MAP.listen));
       let removed = 0;
       try {
@@ -207,7 +207,7 @@ describeModes('datapath reload under a running meshed pod, %s mode', (mode) => {
         bpf.closeFd(fd);
       }
       expect(removed, 'the running proxy\'s inbound listener was in mc_listen').toBeGreaterThan(0);
-      expect(listenerSnapshot(fx.pinRoot).has(listenId(cookie, port, 4))).toBe(false);
+      expect(listenerSnapshot(fx.pinRoot).has(cookie, port, 4)).toBe(false);
       const r = await agent().selfCheck();
       expect(r).toMatchObject({ restored: 1, failed: 0, dropped: 0 });
       expect(r.listenersRegistered).toBeGreaterThanOrEqual(1);
