@@ -28,9 +28,8 @@ import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 import { Launcher, runNode, type ExecResult } from '../cni/launcher.js';
 import { PeakTrace, peakTraceText } from './peak-trace.js';
 import { PodListeners } from './pod-listeners.js';
-import * as bpf from '../../src/native/addon.js';
-import { MAP, MC_LISTEN_SLOTS, mcListenKey } from '../../src/maps/layout.js';
-import { pinLayout } from '../../src/loader/manifest.js';
+import { MC_LISTEN_SLOTS } from '../../src/maps/layout.js';
+import { listenerFill } from '../../src/pod-datapath/ebpf-listeners.js';
 import { plotScale, type ScaleBenchData } from './plot.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -206,14 +205,7 @@ const probePath = (i: number) => `${NETNS_DIR}/q${i}`;
 
 let agent: ChildProcess | undefined;
 /** mc_listen's keys now (one per listening socket the node's sockops registered). */
-function listenKeys(): number {
-  const fd = bpf.objGet(path.join(pinLayout(pinRoot).maps, MAP.listen));
-  try {
-    return bpf.mapKeysPacked(fd, mcListenKey.size).length / mcListenKey.size;
-  } finally {
-    bpf.closeFd(fd);
-  }
-}
+const listenKeys = (): number => listenerFill(pinRoot)?.entries ?? 0;
 const trace = opt['peak-trace'] ? new PeakTrace() : undefined;
 // Istio's defaults: the pods carry no port annotations
 const LISTEN_WORKERS = Number(opt['listen-workers']);

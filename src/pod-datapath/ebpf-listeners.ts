@@ -97,7 +97,7 @@ function fdOfSocket(pid: number, inode: number): number | null {
 export function listenerSnapshot(pinRoot: string): ListenerIndex {
   const fd = bpf.objGet(path.join(pinLayout(pinRoot).maps, MAP.listen));
   try {
-    return new ListenerIndex().load(bpf.mapKeysPacked(fd, mcListenKey.size), mcListenKey.size);
+    return new ListenerIndex().load(bpf.mapKeysPacked(fd, mcListenKey.size));
   } finally {
     bpf.closeFd(fd);
   }

@@ -35,10 +35,9 @@ export class ListenerIndex {
   }
 
   /** Fills it from mc_listen's keys packed back to back (bpf.mapKeysPacked), dropping what it held. */
-  load(packed: Buffer, keySize: number = mcListenKey.size): this {
-    if (keySize < FAMILY_AT + 1 || packed.length % keySize !== 0) {
-      throw new Error(`mc_listen keys: ${packed.length} bytes are not whole keys of ${keySize} bytes (at least ${FAMILY_AT + 1})`);
-    }
+  load(packed: Buffer): this {
+    const keySize = mcListenKey.size;
+    if (packed.length % keySize !== 0) throw new Error(`mc_listen keys: ${packed.length} bytes are not whole keys of ${keySize} bytes`);
     const keys = packed.length / keySize;
     let slots = 16;
     while (slots < keys * 2) slots *= 2;

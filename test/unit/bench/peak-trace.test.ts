@@ -28,6 +28,16 @@ function child(script = GROW): ChildProcess {
   return c;
 }
 
+/** A trace of c once node's own start-up is over, in phase `first` for `ms`. */
+async function traceOf(c: ChildProcess, first: string, ms: number): Promise<PeakTrace> {
+  await sleep(300);
+  trace = new PeakTrace();
+  trace.phase(first);
+  trace.track(c.pid!);
+  await sleep(ms);
+  return trace;
+}
+
 async function grow(c: ChildProcess): Promise<void> {
   c.stdin!.write('go\n');
   await once(c.stdout!, 'data');
@@ -36,17 +46,13 @@ async function grow(c: ChildProcess): Promise<void> {
 describe('peak trace (bench:scale --peak-trace)', () => {
   it('names the phase in which the traced process reached its peak, with the jump there', async () => {
     const c = child();
-    await sleep(300); // node's own start-up is over
-    trace = new PeakTrace();
-    trace.phase('idle');
-    trace.track(c.pid!);
-    await sleep(200);
-    trace.phase('grow');
+    const t = await traceOf(c, 'idle', 200);
+    t.phase('grow');
     await grow(c);
     await sleep(50);
-    trace.phase('after');
+    t.phase('after');
     await sleep(100);
-    const r = await trace.stop();
+    const r = await t.stop();
     expect(r.phase).toBe('grow');
     expect(r.phases.grow! - r.phases.idle!).toBeGreaterThan(40);
     expect(r.peakMiB).toBeGreaterThanOrEqual(r.phases.grow!);
@@ -60,14 +66,10 @@ describe('peak trace (bench:scale --peak-trace)', () => {
 
   it('does not call a slow growth a jump, however much it adds up to', { timeout: 15_000 }, async () => {
     const c = child(CREEP);
-    await sleep(300);
-    trace = new PeakTrace();
-    trace.phase('before');
-    trace.track(c.pid!);
-    await sleep(100);
-    trace.phase('creep');
+    const t = await traceOf(c, 'before', 100);
+    t.phase('creep');
     await grow(c);
-    const r = await trace.stop();
+    const r = await t.stop();
     expect(r.phases.creep! - r.phases.before!).toBeGreaterThan(35);
     expect(r.jumps, JSON.stringify(r.jumps)).toEqual([]);
     expect(r.jumpCount).toBe(0);
