@@ -171,6 +171,7 @@ class LoadWorker : public Napi::AsyncWorker {
 
   void Execute() override {
     LibbpfLogCapture cap;
+    SignalsHeld held;  // the verifier's EAGAIN on a pending signal (common.h)
     int r = bpf_object__load(obj_);
     err_ = r < 0 ? ErrOf(r) : 0;
     log_ = cap.text();

@@ -3,7 +3,9 @@
 // JavaScript (NativeError, see native_error.cc and src/native/errors.ts).
 #pragma once
 #include <napi.h>
+#include <pthread.h>
 
+#include <csignal>
 #include <cstdint>
 #include <string>
 
@@ -25,6 +27,34 @@ Napi::Value MakeNativeError(Napi::Env env, int err, const std::string& syscall,
                                    const std::string& object, const std::string* log = nullptr);
 // Errno of a libbpf call that returned ret (< 0): libbpf 1.x returns -errno.
 inline int ErrOf(long ret) { return ret < 0 ? static_cast<int>(-ret) : errno; }
+
+// Holds the calling thread's asynchronous signals for a scope that loads BPF
+// programs. The verifier gives up with EAGAIN whenever a signal is pending
+// for the thread it runs on (kernel/bpf/verifier.c, do_check), and libbpf
+// tries a load only 5 times: under a profiler's SIGPROF, or any signal storm,
+// a pod's stub load failed its ADD, and a failed feature probe would have
+// sent the node to iptables mode. Held, a signal waits out the load (a few
+// hundred microseconds for a stub) and is delivered when the mask is
+// restored; a process-directed one may go to another thread meanwhile.
+// SIGKILL still interrupts; faults (SIGSEGV, ...) are left unheld.
+class SignalsHeld {
+ public:
+  SignalsHeld() {
+    sigset_t set;
+    sigfillset(&set);
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS}) sigdelset(&set, sig);
+    held_ = pthread_sigmask(SIG_BLOCK, &set, &old_) == 0;
+  }
+  ~SignalsHeld() {
+    if (held_) pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SignalsHeld(const SignalsHeld&) = delete;
+  SignalsHeld& operator=(const SignalsHeld&) = delete;
+
+ private:
+  sigset_t old_;
+  bool held_ = false;
+};
 
 // errno -> symbolic name ("EPERM", "ENOTSUPP", "LIBBPF_ERRNO__VERIFY", ...).
 std::string ErrnoName(int err);

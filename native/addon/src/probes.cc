@@ -51,7 +51,12 @@ Napi::Value ProbeResult(Napi::Env env, int r, const char* fn, const std::string&
 Napi::Value ProbeProgType(const Napi::CallbackInfo& info) {
   uint32_t t = ArgU32(info, 0, "probeProgType", "progType");
   RequireBpfCapability(info.Env(), "probeProgType");
-  int r = libbpf_probe_bpf_prog_type(static_cast<bpf_prog_type>(t), nullptr);
+  int r;
+  {
+    // libbpf reads any refused trial load as "no": a pending signal's EAGAIN included (common.h)
+    SignalsHeld held;
+    r = libbpf_probe_bpf_prog_type(static_cast<bpf_prog_type>(t), nullptr);
+  }
   return ProbeResult(info.Env(), r, "libbpf_probe_bpf_prog_type", "prog type " + std::to_string(t));
 }
 
@@ -108,7 +113,13 @@ Napi::Value ProbeHelper(const Napi::CallbackInfo& info) {
   log[0] = 0;
   LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = static_cast<bpf_attach_type>(ProbeAttachTypeFor(t)),
               .log_level = 1, .log_size = sizeof(log), .log_buf = log);
-  int fd = bpf_prog_load(static_cast<bpf_prog_type>(t), nullptr, "GPL", insns, 3, &opts);
+  int fd;
+  {
+    // a probe the verifier gave up on for a pending signal would read as a
+    // missing feature, and send the node to iptables mode (common.h)
+    SignalsHeld held;
+    fd = bpf_prog_load(static_cast<bpf_prog_type>(t), nullptr, "GPL", insns, 3, &opts);
+  }
   if (fd >= 0) {
     close(fd);
     return Napi::Boolean::New(info.Env(), true);
@@ -140,8 +151,12 @@ Napi::Value ProbeAttach(const Napi::CallbackInfo& info) {
       {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},                   // exit
   };
   LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = static_cast<bpf_attach_type>(attachType));
-  int progFd = bpf_prog_load(static_cast<bpf_prog_type>(progType), "meshcap_probe", "GPL", insns,
-                             sizeof(insns) / sizeof(insns[0]), &opts);
+  int progFd;
+  {
+    SignalsHeld held;  // as in probeHelper
+    progFd = bpf_prog_load(static_cast<bpf_prog_type>(progType), "meshcap_probe", "GPL", insns,
+                           sizeof(insns) / sizeof(insns[0]), &opts);
+  }
   const char* stage = "bpf_prog_load";
   int err = 0;
   if (progFd < 0) {

@@ -58,6 +58,7 @@ struct InstanceResult {
 // BPF_PROG_LOAD; on a refused load, again with the verifier's log. No N-API:
 // runs on the JS thread (instantiate) or a libuv worker (instantiateAsync).
 InstanceResult LoadInstance(InstanceSpec& s) {
+  SignalsHeld held;  // the verifier's EAGAIN on a pending signal (common.h)
   InstanceResult r;
   r.mapFd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "mc_stub_netns", 4, s.valueSize, 1, nullptr);
   if (r.mapFd < 0) {
@@ -139,7 +140,11 @@ class ProgTemplateWrap : public Napi::ObjectWrap<ProgTemplateWrap> {
       }
       bpf_program* prog = bpf_object__find_program_by_name(obj_, progName_.c_str());
       if (!prog) ThrowNativeError(env, ENOENT, "bpf_object__find_program_by_name", path_ + ": program " + progName_);
-      int r = bpf_object__load(obj_);
+      int r;
+      {
+        SignalsHeld held;
+        r = bpf_object__load(obj_);
+      }
       if (r < 0) ThrowNativeError(env, ErrOf(r), "bpf_object__load", path_, &cap.text());
       const bpf_insn* insns = bpf_program__insns(prog);
       size_t n = bpf_program__insn_cnt(prog);

@@ -132,3 +132,4 @@ export function cleanupsAfterEach(): (() => void | Promise<void>)[] {
   });
   return cleanups;
 }
+

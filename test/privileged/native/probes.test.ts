@@ -2,6 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execa } from 'execa';
 import * as bpf from '../../../src/native/addon.js';
+import { signalStorm } from '../../helpers/signal-storm.js';
 import { makeCgroup, makeNetns, removeCgroup, removeNetns } from './kernel-env.js';
 
 const { progType, attachType, mapType, helper } = bpf.consts;
@@ -23,6 +24,45 @@ describe('libbpf probes', () => {
     expect(bpf.probeHelper(progType.SK_LOOKUP, helper.sk_assign)).toBe(true);
     expect(bpf.probeHelper(progType.CGROUP_SOCK_ADDR, helper.sk_assign)).toBe(false);
     expect(bpf.probeHelper(progType.CGROUP_SOCK_ADDR, 99999)).toBe(false);
+  });
+});
+
+describe('probes through a storm of signals', () => {
+  // The verifier gives up with EAGAIN on a pending signal, which libbpf's
+  // probes read as "no": a node would have gone to iptables mode for a
+  // signal (native/addon/src/common.h, SignalsHeld).
+  let cg: string | undefined;
+  let ns: { name: string; path: string } | undefined;
+  beforeAll(async () => {
+    cg = makeCgroup();
+    ns = await makeNetns();
+  });
+  afterAll(async () => {
+    removeCgroup(cg);
+    await removeNetns(ns?.name);
+  });
+
+  it('answer as without one', async () => {
+    const storm = await signalStorm();
+    const answers: unknown[] = [];
+    let sent = 0;
+    try {
+      for (let i = 0; i < 200; i++) {
+        answers.push(
+          bpf.probeProgType(progType.CGROUP_SOCK_ADDR),
+          bpf.probeProgType(progType.SK_LOOKUP),
+          bpf.probeHelper(progType.CGROUP_SOCK_ADDR, helper.get_netns_cookie),
+          bpf.probeHelper(progType.CGROUP_SOCK_ADDR, helper.sk_assign),
+          bpf.probeAttach(progType.CGROUP_SOCK_ADDR, attachType.CGROUP_INET4_CONNECT, cg!),
+          bpf.probeAttach(progType.SK_LOOKUP, attachType.SK_LOOKUP, ns!.path),
+        );
+      }
+    } finally {
+      sent = await storm.stop();
+    }
+    const want = [true, true, true, false, { ok: true }, { ok: true }];
+    expect(answers).toEqual(Array.from({ length: 200 }, () => want).flat());
+    expect(sent, 'the storm ran through the probes').toBeGreaterThan(10_000);
   });
 });
 

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as bpf from '../../../src/native/addon.js';
 import { kernelAtLeast, parseKernelRelease } from '../../../src/loader/kernel.js';
 import { INBOUND_SHARED_OBJECT, INBOUND_SHARED_PROGRAM, INBOUND_STUB_OBJECT, INBOUND_STUB_PROGRAM, objectPath } from '../../../src/loader/manifest.js';
+import { signalStorm } from '../../helpers/signal-storm.js';
 import { removeDir, tempPinDir } from './kernel-env.js';
 
 let pins: string;
@@ -102,6 +103,34 @@ describe('ProgTemplate', () => {
         bpf.closeFd(i.mapFd);
       }
     }
+  });
+
+  it('loads the template and its instances through a storm of signals (the verifier gives up on a pending one)', async () => {
+    if (!kernelAtLeast(parseKernelRelease(os.release()), 5, 12)) return; // no template there (above)
+    // Before the addon held signals for its loads, the template's own load
+    // failed here at once (bpf_object__load: EAGAIN), and under a profiler's
+    // SIGPROF a pod's stub load failed its ADD the same way.
+    const storm = await signalStorm();
+    const inst: { progFd: number; mapFd: number }[] = [];
+    let t: ReturnType<typeof bpf.loadProgTemplate> | undefined;
+    let sent = 0;
+    try {
+      t = bpf.loadProgTemplate(objectPath(INBOUND_STUB_OBJECT), opts());
+      for (let i = 0; i < 300; i++) {
+        inst.push(t.instantiate());
+        // a few at a time, as the pool holds them: no fd pile-up
+        if (inst.length > 16) for (const x of inst.splice(0, 8)) (bpf.closeFd(x.progFd), bpf.closeFd(x.mapFd));
+      }
+      for (let i = 0; i < 20; i++) inst.push(await t.instantiateAsync());
+    } finally {
+      sent = await storm.stop();
+      for (const i of inst) {
+        bpf.closeFd(i.progFd);
+        bpf.closeFd(i.mapFd);
+      }
+      t?.close();
+    }
+    expect(sent, 'the storm ran through the loads').toBeGreaterThan(10_000);
   });
 
   it('refuses an object whose program does not read its .bss exactly once, and a missing program', () => {
