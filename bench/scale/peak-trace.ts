@@ -21,6 +21,8 @@ export interface PeakTraceReport {
   atS: number;
   /** The highest RSS read in each phase (a spike between two readings shows in VmHWM only). */
   phases: Record<string, number>;
+  /** When each phase's first reading was taken, s after the traced agent's start (where in its phase the peak fell). */
+  phaseStartS: Record<string, number>;
   /** How many rises of JUMP_KIB or more within RISE_MS there were. */
   jumpCount: number;
   /** The largest of those in each phase, at most JUMPS_PER_PHASE each, largest first. */
@@ -41,7 +43,7 @@ const { readFileSync } = require('node:fs');
 const ctl = new Int32Array(workerData.sab);
 const nap = new Int32Array(new SharedArrayBuffer(4));
 let pid = 0, t0 = 0, hwm = 0, at = 0, phaseAt = -1, prev = 0, prevT = 0, readings = 0;
-let phases = {}, jumps = [], jumpCount = 0;
+let phases = {}, starts = {}, jumps = [], jumpCount = 0;
 // the rise under way: from its first reading's RSS and time to prev
 let riseFrom = 0, riseT = 0, risePh = 0;
 const endRise = () => {
@@ -54,7 +56,7 @@ const kib = (st, k) => { const i = st.indexOf(k + ':'); return i < 0 ? NaN : par
 while (Atomics.load(ctl, 0) === 0) {
   const p = Atomics.load(ctl, 2);
   if (p !== pid) {
-    pid = p; t0 = performance.now(); hwm = 0; at = 0; phaseAt = -1; prev = 0; prevT = 0; readings = 0; phases = {}; jumps = []; jumpCount = 0;
+    pid = p; t0 = performance.now(); hwm = 0; at = 0; phaseAt = -1; prev = 0; prevT = 0; readings = 0; phases = {}; starts = {}; jumps = []; jumpCount = 0;
   }
   if (pid !== 0) {
     let st;
@@ -67,6 +69,7 @@ while (Atomics.load(ctl, 0) === 0) {
       readings++;
       if (h > hwm) { hwm = h; at = t; phaseAt = ph; }
       if (rss > (phases[ph] ?? 0)) phases[ph] = rss;
+      if (starts[ph] === undefined) starts[ph] = t;
       if (prev === 0) { riseFrom = rss; riseT = t; risePh = ph; }
       else if (rss < prev || t - riseT > ${RISE_MS}) {
         endRise();
@@ -82,14 +85,14 @@ while (Atomics.load(ctl, 0) === 0) {
   Atomics.wait(nap, 0, 0, 1);
 }
 if (prev > 0) endRise();
-parentPort.postMessage({ hwm, at, phaseAt, phases, jumps, jumpCount, readings });
+parentPort.postMessage({ hwm, at, phaseAt, phases, starts, jumps, jumpCount, readings });
 `;
 
 export class PeakTrace {
   private readonly ctl = new Int32Array(new SharedArrayBuffer(12));
   private readonly names: string[] = [];
   private readonly worker: Worker;
-  private readonly done: Promise<{ hwm: number; at: number; phaseAt: number; phases: Record<string, number>; jumps: [number, number, number, number, number][]; jumpCount: number; readings: number }>;
+  private readonly done: Promise<{ hwm: number; at: number; phaseAt: number; phases: Record<string, number>; starts: Record<string, number>; jumps: [number, number, number, number, number][]; jumpCount: number; readings: number }>;
 
   constructor() {
     this.worker = new Worker(WORKER, { eval: true, workerData: { sab: this.ctl.buffer } });
@@ -131,6 +134,7 @@ export class PeakTrace {
       phase: name(r.phaseAt),
       atS: Math.round(r.at) / 1000,
       phases: Object.fromEntries(Object.entries(r.phases).map(([i, k]) => [name(Number(i)), mib(k)])),
+      phaseStartS: Object.fromEntries(Object.entries(r.starts).map(([i, t]) => [name(Number(i)), Math.round(t) / 1000])),
       jumpCount: r.jumpCount,
       jumps: r.jumps
         .sort((a, b) => (b[4] - b[3]) - (a[4] - a[3]))
@@ -142,7 +146,8 @@ export class PeakTrace {
 }
 
 export function peakTraceText(r: PeakTraceReport): string {
+  const into = r.phaseStartS[r.phase];
   const big = r.jumps.find((j) => j.phase === r.phase);
   const jumps = `${r.jumpCount} rises of 2 MiB or more within ${RISE_MS} ms; ${big ? `in that phase the largest was +${(big.toMiB - big.fromMiB).toFixed(1)} to ${big.toMiB.toFixed(1)} MiB in ${big.ms} ms at ${big.atS.toFixed(2)} s` : 'none in that phase'}`;
-  return `agent VmHWM ${r.peakMiB.toFixed(1)} MiB (${(r.peakMiB * 1.048576).toFixed(1)} MB), set in "${r.phase}" at ${r.atS.toFixed(2)} s after the traced agent's start (${r.readings} readings); ${jumps}`;
+  return `agent VmHWM ${r.peakMiB.toFixed(1)} MiB (${(r.peakMiB * 1.048576).toFixed(1)} MB), set in "${r.phase}" at ${r.atS.toFixed(2)} s after the traced agent's start${into === undefined ? '' : ` (${(r.atS - into).toFixed(2)} s into that phase)`} (${r.readings} readings); ${jumps}`;
 }

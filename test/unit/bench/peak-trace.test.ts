@@ -61,7 +61,13 @@ describe('peak trace (bench:scale --peak-trace)', () => {
     expect(j, JSON.stringify(r.jumps)).toBeDefined();
     expect(j!.toMiB - j!.fromMiB).toBeGreaterThanOrEqual(2);
     expect(r.jumps.some((x) => x.phase === 'idle')).toBe(false);
-    expect(peakTraceText(r)).toContain('set in "grow"');
+    // the phases start in order, ~200 ms (idle) then ~50 ms (grow) apart, and the peak falls inside grow
+    expect(r.phaseStartS.idle!).toBeLessThan(r.phaseStartS.grow!);
+    expect(r.phaseStartS.grow! - r.phaseStartS.idle!).toBeGreaterThan(0.15);
+    expect(r.phaseStartS.after! - r.phaseStartS.grow!).toBeGreaterThan(0.04);
+    expect(r.atS).toBeGreaterThanOrEqual(r.phaseStartS.grow!);
+    expect(r.atS).toBeLessThan(r.phaseStartS.after!);
+    expect(peakTraceText(r)).toMatch(/set in "grow" at [\d.]+ s after the traced agent's start \(0\.\d\d s into that phase\)/);
   });
 
   it('does not call a slow growth a jump, however much it adds up to', { timeout: 15_000 }, async () => {
