@@ -80,10 +80,14 @@ const stopOnSignals = cleanupOnSignals(() => lab.close(), (msg) => process.stder
 const tmpBase = ['/run', '/dev/shm'].find(isTmpfs) ?? os.tmpdir();
 const tmp = mkdtempSync(path.join(tmpBase, 'meshcap-bench-'));
 lab.add(`temp dir ${tmp}`, () => rmSync(tmp, { recursive: true, force: true }));
-// Undone in reverse: the agent stops before its pins are uninstalled.
+// Undone in reverse: the agent stops before its pins are uninstalled. With
+// --force: a run that failed mid-row leaves its pods captured, and a plain
+// uninstall refuses then, which left the run's programs attached at the
+// cgroup root (a failed ADD on 2026-11-30 did). The pods are the bench's own
+// netns, removed with it.
 let pinRoot: string | undefined;
 lab.add('pins', () => {
-  if (pinRoot) execFileSync(process.execPath, [MESHCAP, 'uninstall', '--pin-root', pinRoot], { stdio: 'ignore' });
+  if (pinRoot) execFileSync(process.execPath, [MESHCAP, 'uninstall', '--force', '--pin-root', pinRoot], { stdio: 'ignore' });
 });
 let controlPlane: { stop(): Promise<void> } | undefined;
 lab.add('control plane', () => controlPlane?.stop());
