@@ -139,6 +139,11 @@ async function purgeRecords(stateDir: string): Promise<void> {
   if (readdirSync(stateDir).length === 0) rmdirSync(stateDir);
 }
 
+/** The first pods of a list, for a one-line message (a node may have thousands; meshcap status lists them all). */
+export function someOf(pods: readonly string[], n = 20): string {
+  return pods.length > n ? `${pods.slice(0, n).join(', ')}, ... and ${pods.length - n} more (meshcap status lists them)` : pods.join(', ');
+}
+
 export function registerDatapathCommands(program: Command): void {
   program
     .command('load')
@@ -199,7 +204,7 @@ export function registerDatapathCommands(program: Command): void {
       const live = [...await capturedPods(o.pinRoot, o.stateDir), ...tables.map((r) => `${r.podNamespace}/${r.podName} (iptables)`)];
       if (live.length > 0 && !o.force) {
         console.error(
-          `meshcap uninstall: ${live.length} meshed pod(s) are captured by meshcap now: ${live.slice(0, 20).join(', ')}${live.length > 20 ? ', ...' : ''}.\n` +
+          `meshcap uninstall: ${live.length} meshed pod(s) are captured by meshcap now: ${someOf(live)}.\n` +
             'Uninstalling detaches their capture: their connections would go straight to their destinations, past the sidecar (no mTLS, no policy), ' +
             'and inbound to them would be refused, until the agent loads the datapath again and restores them.\n' +
             'Drain the node (or delete those pods) first, or pass --force if that is what you want.',
@@ -207,7 +212,7 @@ export function registerDatapathCommands(program: Command): void {
         process.exitCode = 1;
         return;
       }
-      if (live.length > 0) console.error(`meshcap uninstall --force: ${live.length} meshed pod(s) lose their capture now: ${live.join(', ')}`);
+      if (live.length > 0) console.error(`meshcap uninstall --force: ${live.length} meshed pod(s) lose their capture now: ${someOf(live)}`);
       const { uninstallDatapath } = await import('../loader/datapath.js');
       const r = uninstallDatapath(o.pinRoot);
       console.log(`detached ${r.detached.length} links, removed ${r.unpinned.length} pins under ${o.pinRoot}`);
