@@ -93,6 +93,10 @@ const configOfInterned = new WeakMap<CaptureSettings, CaptureConfig>();
  * decideAdd's are), which is what configOf would build from them.
  */
 export function sharedConfig(cfg: CaptureConfig): CaptureConfig {
+  // Already a shared one: podToCaptureConfig hands back the same object for
+  // the same settings (src/redirect/pod.ts), so most ADDs end here without
+  // the settings' JSON.
+  if (settingsOfShared.has(cfg)) return cfg;
   const settings = settingsOf(cfg);
   const key = JSON.stringify(settings);
   let known = configs.get(key);

@@ -21,6 +21,29 @@ import {
   LINKERD_DEFAULTS,
 } from './profiles.js';
 
+/**
+ * buildCaptureConfig for a pod's settings, one config per distinct settings
+ * and sources. A node's pods share a few (one per workload): a meshed ADD
+ * built and validated its config afresh (~35 us: every CIDR and port list
+ * parsed) only for the agent to swap it for the shared one of the same
+ * settings (src/agent/state-store.ts, sharedConfig). The same config object
+ * comes back for the same input, so it must not be changed (nothing does:
+ * configs are already shared between pods). An invalid one throws each time
+ * (nothing is kept). Bounded: cleared when full, like the agent's configs.
+ */
+const built = new Map<string, CaptureConfig>();
+const BUILT_KEPT = 256;
+function buildShared(s: CaptureSettings, sources: FieldSources): CaptureConfig {
+  const key = JSON.stringify(s) + JSON.stringify(sources);
+  let cfg = built.get(key);
+  if (!cfg) {
+    cfg = buildCaptureConfig(s, sources);
+    if (built.size >= BUILT_KEPT) built.clear();
+    built.set(key, cfg);
+  }
+  return cfg;
+}
+
 export interface PodCaptureOptions {
   /** Render IPv6 too. Default: Istio's rule (ipv6FromPodIPs) on the pod's addresses. */
   enableIPv6?: boolean;
@@ -184,7 +207,7 @@ export function istioPodToCaptureConfig(pod: V1Pod, opts: PodCaptureOptions = {}
   s.captureAllDNS = dns;
   s.enableIPv6 = opts.enableIPv6 ?? ipv6FromPodIPs(pod, s.dualStack, opts.podIPs);
 
-  return buildCaptureConfig(s, sources);
+  return buildShared(s, sources);
 }
 
 function linkerdPortList(field: keyof CaptureSettings, key: string, value: string): string {
@@ -263,7 +286,7 @@ export function linkerdPodToCaptureConfig(pod: V1Pod, opts: PodCaptureOptions = 
   s.proxyGID = [gidAnn !== undefined ? gidAnn.trim() : (s.proxyUID[0] as string)];
   s.enableIPv6 = opts.enableIPv6 ?? ipv6FromPodIPs(pod, false, opts.podIPs);
 
-  return buildCaptureConfig(s, sources);
+  return buildShared(s, sources);
 }
 
 export function podToCaptureConfig(pod: V1Pod, profile: MeshProfile, opts: PodCaptureOptions = {}): CaptureConfig {

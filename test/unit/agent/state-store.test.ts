@@ -2,6 +2,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { buildCaptureConfig } from '../../../src/redirect/config.js';
 import { configOf, cookieOf, internSettings, readRecords, recordSettings, recordText, sameNetns, settingsOf, sharedConfig, StateStore, STATE_VERSION, type AttachmentRecord } from '../../../src/agent/state-store.js';
 import { istioCapture } from '../../helpers/pods.js';
 
@@ -99,7 +100,10 @@ describe('StateStore', () => {
   it('sharedConfig gives one config object per distinct settings, the one configOf gives for records with them', () => {
     const ann = { 'traffic.sidecar.istio.io/excludeOutboundPorts': '7171' };
     const first = istioCapture({ annotations: ann });
-    const again = istioCapture({ annotations: ann });
+    // podToCaptureConfig hands back one object per distinct settings; another
+    // object with the same settings, as a record read back builds
+    expect(istioCapture({ annotations: ann })).toBe(first);
+    const again = buildCaptureConfig(settingsOf(first));
     expect(again).not.toBe(first);
     const shared = sharedConfig(first);
     expect(sharedConfig(again)).toBe(shared);

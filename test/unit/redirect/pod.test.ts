@@ -15,6 +15,8 @@ function istioPod(annotations: Record<string, string>, env: Record<string, strin
   };
 }
 
+const lpod = (annotations: Record<string, string> = {}): V1Pod => ({ metadata: { annotations }, spec: { containers: [{ name: 'app' }, { name: 'linkerd-proxy' }] } });
+
 describe('istioPodToCaptureConfig (sidecar_redirect.go NewRedirect)', () => {
   it('uses Istio CNI defaults', () => {
     const c = istioPodToCaptureConfig(istioPod({}));
@@ -104,7 +106,6 @@ describe('istioPodToCaptureConfig (sidecar_redirect.go NewRedirect)', () => {
 });
 
 describe('linkerdPodToCaptureConfig', () => {
-  const lpod = (annotations: Record<string, string> = {}): V1Pod => ({ metadata: { annotations }, spec: { containers: [{ name: 'app' }, { name: 'linkerd-proxy' }] } });
 
   it('uses proxy-init defaults', () => {
     const c = podToCaptureConfig(lpod(), 'linkerd');
@@ -135,5 +136,37 @@ describe('linkerdPodToCaptureConfig', () => {
     ['config.linkerd.io/proxy-uid', 'linkerd'],
   ])('rejects %s=%j naming the annotation', (key, value) => {
     expect(() => linkerdPodToCaptureConfig(lpod({ [key]: value }))).toThrow(`annotation ${key}`);
+  });
+});
+
+describe('one config object per distinct settings (a node has a few workloads, not a config per pod)', () => {
+  it('hands back the same object for the same settings and sources, another for others', () => {
+    const a = istioPodToCaptureConfig(istioPod({ 'traffic.sidecar.istio.io/excludeOutboundPorts': '8181' }));
+    const b = istioPodToCaptureConfig(istioPod({ 'traffic.sidecar.istio.io/excludeOutboundPorts': '8181' }));
+    expect(b).toBe(a);
+    // other settings; the same settings from another source (the error message names it); another profile
+    const other = istioPodToCaptureConfig(istioPod({ 'traffic.sidecar.istio.io/excludeOutboundPorts': '8182' }));
+    expect(other).not.toBe(a);
+    expect(other.parsed.outboundExcludePorts).toContain(8182);
+    expect(istioPodToCaptureConfig(istioPod({}))).not.toBe(istioPodToCaptureConfig(istioPod({ 'traffic.sidecar.istio.io/excludeOutboundPorts': '15020' })));
+    const l = linkerdPodToCaptureConfig(lpod({ 'config.linkerd.io/skip-outbound-ports': '443' }));
+    expect(linkerdPodToCaptureConfig(lpod({ 'config.linkerd.io/skip-outbound-ports': '443' }))).toBe(l);
+  });
+
+  it('still refuses an invalid annotation every time, and still warns every time', () => {
+    for (let i = 0; i < 3; i++) {
+      expect(() => istioPodToCaptureConfig(istioPod({ 'traffic.sidecar.istio.io/excludeOutboundPorts': '99999' }))).toThrow(CaptureConfigError);
+    }
+    const warnings: string[] = [];
+    for (let i = 0; i < 2; i++) istioPodToCaptureConfig(istioPod({}, { ISTIO_META_DNS_CAPTURE: 'yes' }), { onWarning: (m) => warnings.push(m) });
+    expect(warnings).toHaveLength(2);
+  });
+
+  it('keeps IPv6 apart: the same annotations with and without IPv6 are two configs', () => {
+    const v4 = istioPodToCaptureConfig(istioPod({}), { podIPs: ['10.0.0.5'] });
+    const v6 = istioPodToCaptureConfig(istioPod({}), { podIPs: ['2001:db8::5'] });
+    expect(v4.enableIPv6).toBe(false);
+    expect(v6.enableIPv6).toBe(true);
+    expect(istioPodToCaptureConfig(istioPod({}), { podIPs: ['10.0.0.6'] })).toBe(v4);
   });
 });
