@@ -27,7 +27,6 @@ import { daemonSetAgentEnv } from '../../test/helpers/agent-process.js';
 import { parseOptions } from '../../scripts/lib/cli-options.mjs';
 import { Launcher, runNode, type ExecResult } from '../cni/launcher.js';
 import { PeakTrace, peakTraceText } from './peak-trace.js';
-import { appendFileSync as require_append } from 'node:fs';
 import { PodListeners } from './pod-listeners.js';
 import { MC_LISTEN_SLOTS } from '../../src/maps/layout.js';
 import { listenerFill } from '../../src/pod-datapath/ebpf-listeners.js';
@@ -300,7 +299,7 @@ async function startAgentProcess(): Promise<{ wallMs: number; ready: Record<stri
   // the environment the DaemonSet gives the agent (its literal env values in
   // deploy/meshcap.yaml): its RSS is measured as deployed
   const env = { ...process.env, ...agentEnv };
-  const a = spawn(process.execPath, [...(process.env.MC_NODE_ARGS ?? '').split(' ').filter(Boolean), MESHCAP, 'agent', '--standalone', '--pods', path.join(tmp, 'pods.json'), '--socket', socket,
+  const a = spawn(process.execPath, [MESHCAP, 'agent', '--standalone', '--pods', path.join(tmp, 'pods.json'), '--socket', socket,
     '--pin-root', pinRoot, '--mode', 'ebpf', '--state-dir', stateDir, '--exclude-namespaces', 'kube-system',
     ...(opt['listen-entries'] ? ['--listen-entries', opt['listen-entries']] : [])], { stdio: ['ignore', 'pipe', 'pipe'], env });
   agent = a;
@@ -319,7 +318,7 @@ async function startAgentProcess(): Promise<{ wallMs: number; ready: Record<stri
     while ((nl = buf.indexOf('\n')) >= 0) {
       const line = buf.slice(0, nl);
       buf = buf.slice(nl + 1);
-      if (!line.startsWith('{')) { if (process.env.MC_GC_LOG) require_append(process.env.MC_GC_LOG, `${line}\n`); continue; }
+      if (!line.startsWith('{')) continue;
       const l = JSON.parse(line) as Record<string, unknown>;
       if (l.msg === 'cni request' && typeof l.containerId === 'string' && typeof l.durationMs === 'number') agentMs.set(`${l.verb as string}:${l.containerId}`, l.durationMs);
       else if (l.msg === 'meshcap agent ready') readyLine?.(l);

@@ -132,4 +132,3 @@ export function cleanupsAfterEach(): (() => void | Promise<void>)[] {
   });
   return cleanups;
 }
-

@@ -119,7 +119,12 @@ describe('ProgTemplate', () => {
       for (let i = 0; i < 300; i++) {
         inst.push(t.instantiate());
         // a few at a time, as the pool holds them: no fd pile-up
-        if (inst.length > 16) for (const x of inst.splice(0, 8)) (bpf.closeFd(x.progFd), bpf.closeFd(x.mapFd));
+        if (inst.length > 16) {
+          for (const x of inst.splice(0, 8)) {
+            bpf.closeFd(x.progFd);
+            bpf.closeFd(x.mapFd);
+          }
+        }
       }
       for (let i = 0; i < 20; i++) inst.push(await t.instantiateAsync());
     } finally {
