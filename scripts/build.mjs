@@ -67,6 +67,27 @@ for (const t of ['mc-order-check']) {
   await run('cc', ['-O2', '-Wall', '-Wextra', '-Werror', '-pthread', '-o', out, src]);
 }
 
-// 5. TypeScript.
+// 5. client-node's KubeConfig and Watch without its generated API: the agent
+//    and install-cni load this bundle (src/kube/client-node-entry.mjs says why).
+//    The generated modules (dist/gen/) only declare classes, so any the bundle
+//    does not use are dropped; without that rolldown keeps every model class.
+const kubeBundle = path.join(build, 'kube', 'client-node.mjs');
+const kubeEntry = path.join(root, 'src/kube/client-node-entry.mjs');
+const kubeInputs = [kubeEntry, path.join(root, 'package-lock.json'), fileURLToPath(import.meta.url)];
+if (!existsSync(kubeBundle) || kubeInputs.some((f) => statSync(f).mtimeMs > statSync(kubeBundle).mtimeMs)) {
+  const { build: bundle } = await import('rolldown');
+  const generated = /[\\/]@kubernetes[\\/]client-node[\\/]dist[\\/]gen[\\/]/;
+  await bundle({
+    input: kubeEntry,
+    platform: 'node',
+    logLevel: 'warn',
+    treeshake: { moduleSideEffects: (id) => !generated.test(id) },
+    output: { file: kubeBundle + '.tmp', format: 'esm' },
+  });
+  await execa('mv', [kubeBundle + '.tmp', kubeBundle]);
+  console.log(`build: bundled ${path.relative(root, kubeBundle)} (${statSync(kubeBundle).size >> 10} KiB)`);
+}
+
+// 6. TypeScript.
 await run(path.join(root, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.json']);
 console.log('build: ok');

@@ -6,11 +6,15 @@
 // new agent on the same state dir and pin root), timed from spawn to its
 // "ready" line.
 //
-//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--warmup 200] [--restart-at 1000,10000] [--drain yes|no] [--exec launcher|node] [--peak-trace] [--listen [--listen-workers N] [--listen-entries N]] [--json FILE] [--plot FILE.svg]
+//   node --import ./bench/lib/ts.mjs bench/scale/main.ts [--sizes 10,1000,10000] [--sample 200] [--warmup 200] [--restart-at 1000,10000] [--drain yes|no] [--exec launcher|node] [--source file|api] [--peak-trace] [--listen [--listen-workers N] [--listen-entries N]] [--json FILE] [--plot FILE.svg]
 //   ... bench/scale/main.ts --plot-only FILE.json --plot FILE.svg   (redraw from a stored run)
 //
-// Needs root and the build (npm run build). The agent is the real one
-// (bin/meshcap agent --standalone, a pods file), as in bench:cni.
+// Needs root and the build (npm run build). The agent is the real one: by
+// default standalone (bin/meshcap agent --standalone, a pods file), as in
+// bench:cni; with --source api it watches a real kube-apiserver (etcd and
+// kube-apiserver from build/k8s, npm run build:k8s) as the DaemonSet's agent
+// does, and the pods are created there as Istio's injector leaves them
+// (istio-pod.ts), so the agent lists and watches pods of a real mesh's size.
 //
 // Ten thousand network namespaces are ten thousand bind mounts: the bench
 // runs itself in a private mount namespace (unshare --mount) with its own
@@ -31,6 +35,7 @@ import { PodListeners } from './pod-listeners.js';
 import { MC_LISTEN_SLOTS } from '../../src/maps/layout.js';
 import { listenerFill } from '../../src/pod-datapath/ebpf-listeners.js';
 import { plotScale, type ScaleBenchData } from './plot.js';
+import { istioPod } from './istio-pod.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const CNI = path.join(root, 'build/bin/meshcap-cni');
@@ -69,6 +74,8 @@ const opt = parseOptions(import.meta.url, 'bench:scale', {
   'listen-workers': { type: 'string', default: '1' },
   // the agent's --listen-entries (mc_listen's size; the bench's pin root is fresh, so the agent creates it): default the agent's
   'listen-entries': { type: 'string' },
+  // where the agent's pods come from: a pods file (--standalone) or a real kube-apiserver (the DaemonSet's way)
+  source: { type: 'string', default: 'file' },
   json: { type: 'string' },
   plot: { type: 'string' },
   'plot-only': { type: 'string' },
@@ -96,6 +103,8 @@ const STATUS_ALT = opt['status-alt'] ? path.resolve(opt['status-alt']) : undefin
 if (STATUS_ALT && !existsSync(STATUS_ALT)) throw new Error(`--status-alt ${STATUS_ALT}: no such file (another build's bin/meshcap)`);
 if (!['yes', 'no'].includes(opt.drain)) throw new Error('--drain: yes or no');
 if (!['launcher', 'node'].includes(opt.exec)) throw new Error('--exec: launcher or node');
+if (!['file', 'api'].includes(opt.source)) throw new Error('--source: file or api');
+const API = opt.source === 'api';
 const DRAIN = opt.drain === 'yes' && SIZES.length > 1;
 /** The agent's self-check period (its default --self-check-interval): a watch this long holds one pass. */
 const SELF_CHECK_MS = 30_000;
@@ -224,6 +233,7 @@ const stopAgent = async (signal: NodeJS.Signals = 'SIGTERM') => {
 };
 function cleanup() {
   if (agent && agent.exitCode === null) agent.kill('SIGKILL');
+  void controlPlane?.stop();
   void launcher?.close();
   trace?.close();
   listeners?.close();
@@ -250,6 +260,61 @@ function writePods(n: number): void {
   writeFileSync(`${f}.tmp`, JSON.stringify({ apiVersion: 'v1', kind: 'List', items }));
   execFileSync('mv', [`${f}.tmp`, f]);
 }
+
+// --source api: a private control plane (test/helpers/k8s-control-plane.ts),
+// the node's pods created and deleted there; the agent reads them with the
+// admin kubeconfig (authorization is not what is measured).
+const API_NODE = 'bench-node';
+let controlPlane: import('../../test/helpers/k8s-control-plane.js').ControlPlane | undefined;
+let core: import('@kubernetes/client-node').CoreV1Api | undefined;
+const apiPods = new Set<string>();
+let apiPodBytes = 0;
+const kubeconfigFile = path.join(tmp, 'kubeconfig');
+
+async function startControlPlane(): Promise<void> {
+  const { ControlPlane, controlPlaneBuilt } = await import('../../test/helpers/k8s-control-plane.js');
+  if (!controlPlaneBuilt()) throw new Error('--source api needs etcd and kube-apiserver in build/k8s/bin: run npm run build:k8s');
+  const { CoreV1Api } = await import('@kubernetes/client-node');
+  const t0 = performance.now();
+  controlPlane = await ControlPlane.start();
+  const cp = controlPlane;
+  writeFileSync(kubeconfigFile, JSON.stringify({
+    apiVersion: 'v1', kind: 'Config', 'current-context': 'bench',
+    clusters: [{ name: 'bench', cluster: { server: cp.apiserverUrl, 'certificate-authority': cp.caFile } }],
+    users: [{ name: 'bench', user: { 'client-certificate': path.join(cp.pki, 'admin.crt'), 'client-key': path.join(cp.pki, 'admin.key') } }],
+    contexts: [{ name: 'bench', context: { cluster: 'bench', user: 'bench' } }],
+  }));
+  core = cp.adminKubeConfig().makeApiClient(CoreV1Api);
+  await core.createNamespace({ body: { metadata: { name: 'bench' } } });
+  // no controller-manager here to make the namespace's default service account, which admission wants
+  await core.createNamespacedServiceAccount({ namespace: 'bench', body: { metadata: { name: 'default' } } });
+  log(`control plane up in ${((performance.now() - t0) / 1000).toFixed(1)} s (etcd + kube-apiserver, ${cp.apiserverUrl})`);
+}
+
+/** The API server holds p0..p(n-1) and the sample's pods, as the pods file would. */
+async function syncApiPods(n: number): Promise<void> {
+  const want = [...Array.from({ length: n }, (_, i) => `p${i}`), ...Array.from({ length: SAMPLE }, (_, i) => `q${i}`)];
+  const wanted = new Set(want);
+  const create = want.filter((name) => !apiPods.has(name));
+  const remove = [...apiPods].filter((name) => !wanted.has(name));
+  const t0 = performance.now();
+  await pool(create.length, CONC, async (k) => {
+    const name = create[k]!;
+    await core!.createNamespacedPod({ namespace: 'bench', body: istioPod(name, 'bench', API_NODE) as import('@kubernetes/client-node').V1Pod });
+    apiPods.add(name);
+  });
+  // no kubelet finishes a graceful deletion here: grace period 0 removes the object at once
+  await pool(remove.length, CONC, async (k) => {
+    const name = remove[k]!;
+    await core!.deleteNamespacedPod({ namespace: 'bench', name, gracePeriodSeconds: 0 });
+    apiPods.delete(name);
+  });
+  // one pod's JSON as the API server answers it (defaults and managedFields added)
+  if (!apiPodBytes) apiPodBytes = (await controlPlane!.adminGet('/api/v1/namespaces/bench/pods/q0')).length;
+  if (create.length + remove.length > 0) log(`API server: ${create.length} pods created, ${remove.length} deleted in ${((performance.now() - t0) / 1000).toFixed(1)} s (${apiPods.size} on ${API_NODE})`);
+}
+
+const setPods = (n: number): Promise<void> => (API ? syncApiPods(n) : Promise.resolve(writePods(n)));
 
 const ipOf = (i: number) => `198.18.${(i >> 8) & 255}.${i & 255}`;
 const probeIp = (i: number) => `198.19.${(i >> 8) & 255}.${i & 255}`;
@@ -299,7 +364,8 @@ async function startAgentProcess(): Promise<{ wallMs: number; ready: Record<stri
   // the environment the DaemonSet gives the agent (its literal env values in
   // deploy/meshcap.yaml): its RSS is measured as deployed
   const env = { ...process.env, ...agentEnv };
-  const a = spawn(process.execPath, [MESHCAP, 'agent', '--standalone', '--pods', path.join(tmp, 'pods.json'), '--socket', socket,
+  const source = API ? ['--kubeconfig', kubeconfigFile, '--node-name', API_NODE] : ['--standalone', '--pods', path.join(tmp, 'pods.json')];
+  const a = spawn(process.execPath, [MESHCAP, 'agent', ...source, '--socket', socket,
     '--pin-root', pinRoot, '--mode', 'ebpf', '--state-dir', stateDir, '--exclude-namespaces', 'kube-system',
     ...(opt['listen-entries'] ? ['--listen-entries', opt['listen-entries']] : [])], { stdio: ['ignore', 'pipe', 'pipe'], env });
   agent = a;
@@ -500,7 +566,8 @@ try {
   log(`making ${maxPods + SAMPLE} network namespaces (private mount namespace)`);
   const batch = [...Array.from({ length: maxPods }, (_, i) => `netns add p${i}`), ...Array.from({ length: SAMPLE }, (_, i) => `netns add q${i}`)].join('\n') + '\n';
   execFileSync('ip', ['-batch', '-'], { input: batch, stdio: ['pipe', 'ignore', 'inherit'] });
-  writePods(SIZES[0]!);
+  if (API) await startControlPlane();
+  await setPods(SIZES[0]!);
 
   trace?.phase('start');
   let a = await startAgentProcess();
@@ -515,7 +582,7 @@ try {
   }
   let registered = 0;
   for (const size of SIZES) {
-    if (size !== SIZES[0]) writePods(size);
+    if (size !== SIZES[0]) await setPods(size);
     trace?.phase(`register to ${size}`);
     const t0 = performance.now();
     const from = registered;
@@ -577,7 +644,7 @@ try {
     });
     log(`drained to ${to} pods (${(((from - to) * 1000) / (performance.now() - t0)).toFixed(0)} DEL/s at ${CONC} at once)`);
     registered = to;
-    writePods(to);
+    await setPods(to);
     trace?.phase(`sample at ${to}, drained`);
     drained = await sampleAt(to, 'd-', ', drained back from ' + String(SIZES.at(-1)));
     if (drained.status.pods !== to) throw new Error(`after the drain meshcap status shows ${drained.status.pods} pods, not ${to}: the DELs left pods behind`);
@@ -587,7 +654,7 @@ try {
   await stopAgent();
 
   const f = (x: number) => x.toFixed(2).padStart(7);
-  console.log(`eBPF mode, meshed Istio pods${listeners ? ` with ${listeners.socketsPerPod} listening sockets each (--listen${LISTEN_WORKERS > 1 ? ` --listen-workers ${LISTEN_WORKERS}` : ''}; mc_listen holds ${listenKeys()} at the end)` : ''}, ${SAMPLE} ADDs sampled per size after ${WARMUP} unrecorded ADD+DEL pairs, plugin exec'd by ${opt.exec === 'node' ? "the bench's Node process (fork + exec)" : 'mc-cni-exec (posix_spawn, as a runtime)'}, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
+  console.log(`eBPF mode, meshed Istio pods ${API ? `from a real kube-apiserver (--source api: Istio-injected pods as the API server stores them, ${(apiPodBytes / 1024).toFixed(1)} KiB of JSON each)` : 'from a pods file (--standalone)'}${listeners ? ` with ${listeners.socketsPerPod} listening sockets each (--listen${LISTEN_WORKERS > 1 ? ` --listen-workers ${LISTEN_WORKERS}` : ''}; mc_listen holds ${listenKeys()} at the end)` : ''}, ${SAMPLE} ADDs sampled per size after ${WARMUP} unrecorded ADD+DEL pairs, plugin exec'd by ${opt.exec === 'node' ? "the bench's Node process (fork + exec)" : 'mc-cni-exec (posix_spawn, as a runtime)'}, ${os.cpus().length} CPUs, kernel ${os.release()}, node ${process.version}`);
   console.log(`agent env (deploy/meshcap.yaml${opt['agent-node-options'] !== undefined ? ', NODE_OPTIONS from --agent-node-options' : ''}): ${JSON.stringify(agentEnv)}${Object.keys(agentSwitches).length > 0 ? `, switches ${JSON.stringify(agentSwitches)}` : ''}; RSS at ready with no pod registered: ${memText(readyMem)}`);
   console.log('pods registered   ADD p50   ADD p99   agent p50  agent p99  agent CPU/ADD µs   DEL p50   RSS MiB (MB, anon/file MiB)   status ms   load avg');
   for (const r of results) {
@@ -611,7 +678,7 @@ try {
     console.log(`ADD p50 growth ${last.pods} pods against ${first.pods} at both ends of the run (before and after): ${growth(d.addExecToExit.p50, last.addExecToExit.p50)} against after, ${growth(both((r) => r.addExecToExit.p50), last.addExecToExit.p50)} against their mean (exec to exit); agent ${growth(both((r) => r.addAgent.p50), last.addAgent.p50)}, agent CPU/ADD ${growth(both((r) => r.addAgentCpuUs), last.addAgentCpuUs)} against the mean`);
   }
   if (peakTrace) console.log(peakTraceText(peakTrace));
-  const data = { when: new Date().toISOString(), exec: opt.exec, agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, warmup: WARMUP, listen: opt.listen, listenWorkers: LISTEN_WORKERS, listenEntries: opt['listen-entries'] ?? null, driftPasses, results, ...(drained ? { drained } : {}), ...(peakTrace ? { peakTrace } : {}) };
+  const data = { when: new Date().toISOString(), exec: opt.exec, source: opt.source, ...(API ? { apiPodBytes } : {}), agentEnv, agentSwitches, readyRssMiB, readyMem, cpus: os.cpus().length, kernel: os.release(), node: process.version, sample: SAMPLE, warmup: WARMUP, listen: opt.listen, listenWorkers: LISTEN_WORKERS, listenEntries: opt['listen-entries'] ?? null, driftPasses, results, ...(drained ? { drained } : {}), ...(peakTrace ? { peakTrace } : {}) };
   if (opt.json) writeFileSync(opt.json, JSON.stringify(data, null, 1) + '\n');
   if (opt.plot) {
     plotScale(data, opt.plot);

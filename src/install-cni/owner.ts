@@ -37,12 +37,11 @@ export function ownerVerdict(answer: { status: 'found'; deletionTimestamp?: unkn
 
 /** Asks the API server about the DaemonSet `namespace/name` (a 5 s bound: SIGTERM's grace period is short). */
 export async function daemonSetVerdict(kc: KubeConfig, namespace: string, name: string, timeoutMs = 5000): Promise<OwnerVerdict> {
-  const { AppsV1Api } = await import('@kubernetes/client-node');
-  const api = kc.makeApiClient(AppsV1Api);
+  const { kubeRequest } = await import('../kube/rest.js');
   const ds = `${namespace}/${name}`;
   const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`no answer in ${timeoutMs} ms`)), timeoutMs).unref());
   try {
-    const obj = await Promise.race([api.readNamespacedDaemonSet({ namespace, name }), timeout]);
+    const obj = await Promise.race([kubeRequest<{ metadata?: { deletionTimestamp?: string } }>(kc, `/apis/apps/v1/namespaces/${encodeURIComponent(namespace)}/daemonsets/${encodeURIComponent(name)}`), timeout]);
     return ownerVerdict({ status: 'found', deletionTimestamp: obj.metadata?.deletionTimestamp }, ds);
   } catch (err) {
     const e = err as { code?: unknown; message?: string };
@@ -68,7 +67,7 @@ export class DaemonSetWatch {
 
   async start(): Promise<void> {
     if (this.stopped) return;
-    const { Watch } = await import('@kubernetes/client-node');
+    const { Watch } = await import('../kube/client-node.js');
     const again = () => {
       if (this.stopped) return;
       this.retry = setTimeout(() => void this.start(), 1000);

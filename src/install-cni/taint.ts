@@ -7,7 +7,7 @@
 // removed; a JSON patch with a `test` of the whole list makes a concurrent
 // change of the node's taints fail the patch instead of being overwritten
 // (then it is simply tried again).
-import type { KubeConfig, V1Taint } from '@kubernetes/client-node';
+import type { KubeConfig, V1Node, V1Taint } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 
 /** The node's taints without `key` (pure); null when it has none with that key. */
@@ -55,19 +55,21 @@ export class TaintRemover {
   /** One pass: true when the node has no such taint (any more). */
   async pass(): Promise<boolean> {
     if (!(await this.o.ready())) return false;
-    const { CoreV1Api, setHeaderOptions, PatchStrategy } = await import('@kubernetes/client-node');
-    const api = this.o.kubeConfig.makeApiClient(CoreV1Api);
-    const node = await api.readNode({ name: this.o.nodeName });
+    const { kubeRequest } = await import('../kube/rest.js');
+    const nodePath = `/api/v1/nodes/${encodeURIComponent(this.o.nodeName)}`;
+    const node = await kubeRequest<V1Node>(this.o.kubeConfig, nodePath);
     const taints = node.spec?.taints ?? [];
     const left = withoutTaint(taints, this.o.key);
     if (left === null) return true;
-    await api.patchNode({
-      name: this.o.nodeName,
+    // the test op makes the patch fail (422) if the taints changed since the read
+    await kubeRequest(this.o.kubeConfig, nodePath, {
+      method: 'PATCH',
+      contentType: 'application/json-patch+json',
       body: [
         { op: 'test', path: '/spec/taints', value: taints },
         { op: 'replace', path: '/spec/taints', value: left },
       ],
-    }, setHeaderOptions('Content-Type', PatchStrategy.JsonPatch));
+    });
     this.o.logger.info({ node: this.o.nodeName, taint: this.o.key }, 'meshcap is ready on this node: node taint removed');
     return true;
   }

@@ -1,16 +1,20 @@
 // Pods of this node from the Kubernetes API: LIST, then WATCH from the list's
 // resourceVersion with bookmarks, the reflector protocol client-go uses.
 //
-// Built on client-node's Watch (the streaming primitive) and CoreV1Api rather
-// than its ListWatch/makeInformer, because ListWatch cannot ask for bookmarks,
+// Built on client-node's Watch (the streaming primitive) and KubeConfig, with
+// LIST pages and the other calls as plain REST (src/kube/rest.ts), rather than
+// its ListWatch/makeInformer, because ListWatch cannot ask for bookmarks,
 // stops for good on any non-410 error, and has no backoff: a node agent must
-// ride out API server restarts on its own.
+// ride out API server restarts on its own. Both come from a bundle without
+// client-node's generated API (src/kube/client-node.ts).
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
-import { CoreV1Api, KubeConfig, Watch, type User, type V1Pod } from '@kubernetes/client-node';
+import type { User, V1Pod, V1PodList } from '@kubernetes/client-node';
 import { parse as parseYaml } from 'yaml';
 import { pino, type Logger } from 'pino';
+import { KubeConfig, Watch } from './client-node.js';
 import { CachedPodSource } from './pod-cache.js';
+import { KubeApiError, kubeRequest } from './rest.js';
 import type { PodChangeListener, PodSource } from './pod-source.js';
 
 export interface ApiSourceOptions {
@@ -28,6 +32,12 @@ export interface ApiSourceOptions {
   watchTimeoutSeconds?: number;
   /** Pods per LIST page (default 500). */
   listPageSize?: number;
+  /**
+   * How long a watch-list may stream before its end bookmark; past it the
+   * server is taken to ignore sendInitialEvents (Kubernetes before 1.27) and
+   * the pods are listed instead. Default 60 s.
+   */
+  initialEventsTimeoutMs?: number;
 }
 
 export interface ApiSourceStatus {
@@ -91,6 +101,17 @@ function followTokenFiles(kc: KubeConfig, path: string): void {
   }
 }
 
+/** The bookmark annotation that ends a watch-list's initial events. */
+const INITIAL_EVENTS_END = 'k8s.io/initial-events-end';
+
+/** The API server cannot stream the initial pods on the watch (no WatchList): list them instead. */
+class WatchListRefused extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'WatchListRefused';
+  }
+}
+
 class GoneError extends Error {
   constructor(message: string) {
     super(message);
@@ -100,15 +121,17 @@ class GoneError extends Error {
 
 export class ApiSource extends CachedPodSource implements PodSource {
   private readonly kc: KubeConfig;
-  private readonly api: CoreV1Api;
   private readonly nodeName: string;
   private readonly log: Logger;
   private readonly minBackoffMs: number;
   private readonly maxBackoffMs: number;
   private readonly watchTimeoutSeconds: number | undefined;
   private readonly listPageSize: number;
+  private readonly initialEventsTimeoutMs: number;
   private rv = '';
   private isSynced = false;
+  /** The API server refused a watch-list once: full syncs LIST from then on. */
+  private watchListRefused = false;
   private watching = false;
   private lastError: string | undefined;
   private loop: Promise<void> | undefined;
@@ -121,13 +144,13 @@ export class ApiSource extends CachedPodSource implements PodSource {
     super();
     if (!opts.nodeName) throw new Error('ApiSource needs the node name (set NODE_NAME from spec.nodeName)');
     this.kc = opts.kubeConfig;
-    this.api = this.kc.makeApiClient(CoreV1Api);
     this.nodeName = opts.nodeName;
     this.log = (opts.logger ?? pino({ name: 'meshcap' })).child({ component: 'pod-watch', node: opts.nodeName });
     this.minBackoffMs = opts.minBackoffMs ?? 200;
     this.maxBackoffMs = opts.maxBackoffMs ?? 30_000;
     this.watchTimeoutSeconds = opts.watchTimeoutSeconds;
     this.listPageSize = opts.listPageSize ?? LIST_PAGE;
+    this.initialEventsTimeoutMs = opts.initialEventsTimeoutMs ?? 60_000;
   }
 
   /** Starts list+watch; resolves after the first successful LIST. */
@@ -163,9 +186,11 @@ export class ApiSource extends CachedPodSource implements PodSource {
   async podEvent(namespace: string, name: string, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> {
     const now = new Date();
     const uid = this.get(namespace, name)?.metadata?.uid;
-    await this.api.createNamespacedEvent({
-      namespace,
+    await kubeRequest(this.kc, `/api/v1/namespaces/${encodeURIComponent(namespace)}/events`, {
+      method: 'POST',
       body: {
+        apiVersion: 'v1',
+        kind: 'Event',
         metadata: { generateName: `${name}.`, namespace },
         involvedObject: { apiVersion: 'v1', kind: 'Pod', namespace, name, ...(uid ? { uid } : {}) },
         reason,
@@ -174,8 +199,8 @@ export class ApiSource extends CachedPodSource implements PodSource {
         source: { component: 'meshcap-agent', host: this.nodeName },
         reportingComponent: 'meshcap-agent',
         reportingInstance: this.nodeName,
-        firstTimestamp: now,
-        lastTimestamp: now,
+        firstTimestamp: now.toISOString(),
+        lastTimestamp: now.toISOString(),
         count: 1,
       },
     });
@@ -183,13 +208,12 @@ export class ApiSource extends CachedPodSource implements PodSource {
 
   /** Repair's --repair=label (needs pods patch). */
   async labelPod(namespace: string, name: string, labels: Record<string, string>): Promise<void> {
-    const { setHeaderOptions, PatchStrategy } = await import('@kubernetes/client-node');
-    await this.api.patchNamespacedPod({ namespace, name, body: { metadata: { labels } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+    await kubeRequest(this.kc, podPath(namespace, name), { method: 'PATCH', body: { metadata: { labels } }, contentType: 'application/merge-patch+json' });
   }
 
   /** Repair's --repair=delete (needs pods delete); the UID precondition never deletes a newer pod of the same name. */
   async deletePod(namespace: string, name: string, uid?: string): Promise<void> {
-    await this.api.deleteNamespacedPod({ namespace, name, ...(uid ? { body: { preconditions: { uid } } } : {}) });
+    await kubeRequest(this.kc, podPath(namespace, name), { method: 'DELETE', ...(uid ? { body: { apiVersion: 'v1', kind: 'DeleteOptions', preconditions: { uid } } } : {}) });
   }
 
   async stop(): Promise<void> {
@@ -211,7 +235,8 @@ export class ApiSource extends CachedPodSource implements PodSource {
     while (!this.stopped) {
       this.watchEstablishedAt = undefined;
       try {
-        if (!this.rv) await this.relist();
+        if (!this.rv && this.watchListRefused) await this.relist();
+        // without a resourceVersion the watch streams the node's pods first (a watch-list)
         await this.watchOnce();
         previousWasGone = false;
       } catch (err) {
@@ -222,6 +247,11 @@ export class ApiSource extends CachedPodSource implements PodSource {
           // A second 410 straight after a fresh LIST means something is off.
           if (previousWasGone) backoff = await this.pause(backoff);
           previousWasGone = true;
+          continue;
+        }
+        if (err instanceof WatchListRefused) {
+          this.watchListRefused = true;
+          this.log.info({ reason: err.message }, 'the API server does not stream the initial pods (WatchList: Kubernetes 1.34 and later, or its feature gate); listing them instead');
           continue;
         }
         this.lastError = describe(err);
@@ -237,24 +267,37 @@ export class ApiSource extends CachedPodSource implements PodSource {
     this.watching = false;
   }
 
+  /** The node's pods are these (a LIST or a watch-list's initial events): the cache follows, the first time resolves start(). */
+  private adopt(views: readonly V1Pod[], how: 'list' | 'watch-list'): void {
+    this.cache.replaceAll(views);
+    if (!this.isSynced) {
+      this.isSynced = true;
+      this.log.info({ pods: views.length, resourceVersion: this.rv, how }, 'pods of this node listed');
+      for (const w of this.syncWaiters.splice(0)) w.resolve();
+    }
+  }
+
+  /**
+   * The fallback for API servers without watch-list: a LIST, then a watch
+   * from its resourceVersion. The first LIST may come from the API server's
+   * watch cache ("0"), which ignores the page size and answers every pod of
+   * the node in one body; after a 410 it asks for a consistent read, paged.
+   */
   private async relist(): Promise<void> {
-    // The first LIST may come from the API server's watch cache ("0"); after a
-    // 410 ask for a consistent read, or we could go back in time.
     const resourceVersion = this.isSynced ? undefined : '0';
-    // In pages of listPageSize pods, each cut to its compact view before the next
-    // is asked for: the whole objects of a 10,000-pod node never sit in memory
-    // at once. (A server answering from its watch cache may ignore the limit
-    // and send everything in one page; that is correct too.)
+    // Each page is cut to its compact views before the next is asked for.
     const views: V1Pod[] = [];
     let cont: string | undefined;
     let rv = '';
     do {
       let page;
       try {
-        page = await this.api.listPodForAllNamespaces({
-          fieldSelector: this.fieldSelector,
-          limit: this.listPageSize,
-          ...(cont ? { _continue: cont } : { resourceVersion }),
+        page = await kubeRequest<V1PodList & { metadata?: { continue?: string } }>(this.kc, '/api/v1/pods', {
+          query: {
+            fieldSelector: this.fieldSelector,
+            limit: this.listPageSize,
+            ...(cont ? { continue: cont } : { resourceVersion }),
+          },
         });
       } catch (err) {
         // an expired continue token is a 410 too: start over with a fresh list
@@ -262,27 +305,34 @@ export class ApiSource extends CachedPodSource implements PodSource {
         throw err;
       }
       if (this.stopped) return;
-      for (const pod of page.items) views.push(this.cache.view(pod));
+      for (const pod of page.items ?? []) views.push(this.cache.view(pod));
       rv = page.metadata?.resourceVersion ?? '';
-      cont = page.metadata?._continue || undefined;
+      cont = page.metadata?.continue || undefined;
     } while (cont);
-    this.cache.replaceAll(views);
+    if (!rv) throw new Error('pod LIST returned no resourceVersion');
     this.rv = rv;
-    if (!this.rv) throw new Error('pod LIST returned no resourceVersion');
-    if (!this.isSynced) {
-      this.isSynced = true;
-      this.log.info({ pods: views.length, resourceVersion: this.rv }, 'pods of this node listed');
-      for (const w of this.syncWaiters.splice(0)) w.resolve();
-    }
+    this.adopt(views, 'list');
   }
 
-  /** One watch request; resolves with the number of events when it ends normally. */
+  /**
+   * One watch request; resolves with the number of events when it ends
+   * normally. Without a resourceVersion it is a watch-list (KEP-3157, what
+   * client-go's reflector does): the API server first sends every pod of the
+   * node as an ADDED event, one JSON line each, then a bookmark marked
+   * `k8s.io/initial-events-end` with the version they add up to. Each line is
+   * cut to its compact view as it arrives, so the node's pods never sit in
+   * memory as one body (a LIST from the watch cache answers them all at once:
+   * ~12 KB of JSON per Istio pod, over 100 MB at 10,000 pods).
+   */
   private watchOnce(): Promise<number> {
+    const listing = !this.rv;
     return new Promise<number>((resolve, reject) => {
       let events = 0;
       let failure: Error | undefined;
       let controller: AbortController | undefined;
       let abortRequested = false;
+      // the watch-list's initial pods, by namespace/name, until its end bookmark
+      let initial: Map<string, V1Pod> | undefined = listing ? new Map() : undefined;
       const abort = () => {
         abortRequested = true;
         controller?.abort();
@@ -292,6 +342,35 @@ export class ApiSource extends CachedPodSource implements PodSource {
       const onEvent = (type: string, obj: unknown) => {
         if (abortRequested) return;
         const object = obj as V1Pod & { code?: number; message?: string };
+        if (initial) {
+          const key = `${object.metadata?.namespace ?? ''}/${object.metadata?.name ?? ''}`;
+          switch (type) {
+            case 'ADDED':
+            case 'MODIFIED':
+              initial.set(key, this.cache.view(object));
+              return;
+            case 'DELETED':
+              initial.delete(key);
+              return;
+            case 'BOOKMARK': {
+              if (object.metadata?.annotations?.[INITIAL_EVENTS_END] !== 'true') return;
+              const rv = object.metadata?.resourceVersion;
+              if (!rv) {
+                failure = new Error('the watch-list\'s end bookmark carries no resourceVersion');
+                abort();
+                return;
+              }
+              this.rv = rv;
+              const views = [...initial.values()];
+              initial = undefined;
+              clearTimeout(initialTimer);
+              this.adopt(views, 'watch-list');
+              return;
+            }
+            default:
+              break; // ERROR, below
+          }
+        }
         switch (type) {
           case 'ADDED':
           case 'MODIFIED':
@@ -317,10 +396,17 @@ export class ApiSource extends CachedPodSource implements PodSource {
 
       const onDone = (err: unknown) => {
         clearTimeout(watchdog);
+        clearTimeout(initialTimer);
         this.watching = false;
         this.abortWatch = undefined;
+        const status = (err as { statusCode?: unknown } | undefined)?.statusCode;
         if (failure) reject(failure);
+        // a server without watch-list refuses its parameters (422: the gate is off)
+        else if (listing && (status === 422 || status === 400)) reject(new WatchListRefused(`HTTP ${status}: ${(err as Error).message}`));
         else if (err && !abortRequested) reject(err);
+        // a stream that ended before its end bookmark: a server that ignored
+        // sendInitialEvents never sends one, so list instead
+        else if (initial && initial.size > 0 && !abortRequested) reject(new WatchListRefused(`the watch ended after ${initial.size} initial pods without the ${INITIAL_EVENTS_END} bookmark`));
         else resolve(events);
       };
 
@@ -331,9 +417,16 @@ export class ApiSource extends CachedPodSource implements PodSource {
         this.log.warn({ timeoutSeconds }, 'pod watch outlived its server-side timeout; reconnecting');
         abort();
       }, (timeoutSeconds + Math.min(30, timeoutSeconds)) * 1000);
+      const initialTimer = listing
+        ? setTimeout(() => {
+          if (!initial) return;
+          failure = new WatchListRefused(`no ${INITIAL_EVENTS_END} bookmark within ${this.initialEventsTimeoutMs} ms (${initial.size} initial pods so far)`);
+          abort();
+        }, this.initialEventsTimeoutMs)
+        : undefined;
       new Watch(this.kc)
         .watch('/api/v1/pods', {
-          resourceVersion: this.rv,
+          ...(listing ? { sendInitialEvents: true, resourceVersionMatch: 'NotOlderThan' } : { resourceVersion: this.rv }),
           allowWatchBookmarks: true,
           fieldSelector: this.fieldSelector,
           timeoutSeconds,
@@ -367,12 +460,15 @@ export class ApiSource extends CachedPodSource implements PodSource {
   }
 }
 
+const podPath = (namespace: string, name: string) => `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}`;
+
 function describe(err: unknown): string {
   if (!(err instanceof Error)) return String(err);
   const e = err as { code?: unknown; statusCode?: unknown; cause?: { code?: string } };
   const status = typeof e.statusCode === 'number' ? e.statusCode : typeof e.code === 'number' ? e.code : undefined;
   const parts = [err.message.split('\n')[0] ?? err.message];
-  if (status !== undefined) parts.push(`(HTTP ${status})`);
+  // a KubeApiError's message names its status already
+  if (status !== undefined && !(err instanceof KubeApiError)) parts.push(`(HTTP ${status})`);
   if (e.cause?.code) parts.push(`[${e.cause.code}]`);
   if (status === 401) parts.push('- the credentials were rejected; check the kubeconfig or service account token');
   if (status === 403) parts.push('- the service account needs list and watch on pods (ClusterRole)');

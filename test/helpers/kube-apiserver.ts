@@ -7,7 +7,11 @@
 // metadata.namespace; =, ==, !=) including the ADDED/DELETED a watcher sees
 // when a pod moves in or out of its selector, allowWatchBookmarks,
 // timeoutSeconds, and 410 Gone (an ERROR event carrying a Status) when a watch
-// asks for history that was compacted away. LIST pages with limit/continue
+// asks for history that was compacted away. Watch-list (sendInitialEvents=true,
+// resourceVersionMatch=NotOlderThan: the current state as ADDED events, then a
+// BOOKMARK marked k8s.io/initial-events-end) as Kubernetes 1.34+ streams it,
+// or refused with 422 as 1.30-1.33 do with the WatchList gate off, or ignored
+// as servers before 1.27 do (options.watchList). LIST pages with limit/continue
 // (pages after the first show the pods as they are then, not as a snapshot
 // of the first page's resourceVersion, as the real server would).
 import { randomUUID } from 'node:crypto';
@@ -41,6 +45,8 @@ export interface RecordedRequest {
 export interface KubeApiServerOptions {
   /** Send a BOOKMARK to bookmark-enabled watches this often (off by default). */
   bookmarkIntervalMs?: number;
+  /** How a watch with sendInitialEvents=true is answered (default 'stream', as Kubernetes 1.34+). */
+  watchList?: 'stream' | 'refuse' | 'ignore';
 }
 
 export class KubeApiServer {
@@ -250,6 +256,13 @@ export class KubeApiServer {
   }
 
   private watch(res: ServerResponse, match: (pod: V1Pod) => boolean, rv: number | undefined, query: Record<string, string>): void {
+    if (query.sendInitialEvents !== undefined && (this.opts.watchList ?? 'stream') !== 'ignore') {
+      // kube-apiserver's ValidateListOptions, before the watch starts
+      const invalid = (why: string) => sendStatus(res, 422, 'Invalid', `ListOptions.meta.k8s.io "" is invalid: ${why}`);
+      if (this.opts.watchList === 'refuse') return invalid('sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled');
+      if (query.resourceVersionMatch !== 'NotOlderThan') return invalid('resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan');
+      if (query.allowWatchBookmarks !== 'true') return invalid('allowWatchBookmarks: Forbidden: sendInitialEvents requires allowWatchBookmarks=true');
+    }
     res.writeHead(200, { 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' });
     res.flushHeaders();
     if (rv !== undefined && rv !== 0 && rv < this.compactedRv) {
@@ -263,7 +276,11 @@ export class KubeApiServer {
       return;
     }
     const w: Watcher = { res, match, bookmarks: query.allowWatchBookmarks === 'true', timers: [] };
-    if (rv === undefined || rv === 0) {
+    if (query.sendInitialEvents === 'true' && (this.opts.watchList ?? 'stream') === 'stream') {
+      // the state at least as new as rv (unset: now), then the end bookmark
+      for (const pod of [...this.pods.values()].filter(match).sort(byKey)) writeEvent(res, 'ADDED', pod);
+      writeEvent(res, 'BOOKMARK', { kind: 'Pod', apiVersion: 'v1', metadata: { resourceVersion: String(this.rv), annotations: { 'k8s.io/initial-events-end': 'true' } } });
+    } else if (rv === undefined || rv === 0) {
       // "Get state and start at most recent": synthetic ADDED for everything.
       for (const pod of [...this.pods.values()].filter(match).sort(byKey)) writeEvent(res, 'ADDED', pod);
     } else {

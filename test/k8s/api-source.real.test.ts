@@ -200,6 +200,8 @@ describe('ApiSource against a real kube-apiserver', () => {
     await src.start();
     expect(src.synced()).toBe(true);
     expect(names()).toEqual(['web-1']);
+    // this API server (WatchList on, Kubernetes 1.34+) streams the initial pods on the watch
+    expect(logs.find((l) => l.msg === 'pods of this node listed')).toMatchObject({ how: 'watch-list', pods: 1 });
     await until(() => src.status().watching, 'the watch');
 
     await core.createNamespacedPod({ namespace: NS, body: pod('web-2', NODE) });
@@ -409,4 +411,32 @@ describe('ApiSource against a real kube-apiserver', () => {
     timings.push(`(d) token rotation ${Date.now() - t0} ms (includes the ${TOKEN_REREAD_MS / 1000} s token-file re-read interval); ` +
       `old token revoked: no 401 in ${quietAfterRevoke1} ms; current token revoked: "${line}" after ${rejectedAfter} ms`);
   }, 180_000);
+});
+
+describe('ApiSource against a real kube-apiserver with the WatchList gate off (1.33\'s default)', () => {
+  it('is refused the watch-list (422), lists instead, then watches from the list\'s version', async () => {
+    const cp = await ControlPlane.start({ apiserverArgs: ['--feature-gates=WatchList=false'] });
+    const lines: { msg: string; how?: string; reason?: string }[] = [];
+    const logger = pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l) as (typeof lines)[number]) });
+    let src: ApiSource | undefined;
+    try {
+      const core = cp.adminKubeConfig().makeApiClient(CoreV1Api);
+      await core.createNamespace({ body: { metadata: { name: NS } } });
+      // no controller-manager here to make the namespace's default service account, which admission wants
+      await core.createNamespacedServiceAccount({ namespace: NS, body: { metadata: { name: 'default' } } });
+      for (const n of ['web-1', 'web-2']) await core.createNamespacedPod({ namespace: NS, body: pod(n, NODE) });
+      src = new ApiSource({ kubeConfig: cp.adminKubeConfig(), nodeName: NODE, logger, minBackoffMs: 50 });
+      await src.start();
+      expect(src.list().map((p) => p.metadata!.name).sort()).toEqual(['web-1', 'web-2']);
+      expect(lines.find((l) => l.msg.startsWith('the API server does not stream'))?.reason).toMatch(/^HTTP 422/);
+      expect(lines.find((l) => l.msg === 'pods of this node listed')?.how).toBe('list');
+      await until(() => src!.status().watching, 'the watch');
+      await core.createNamespacedPod({ namespace: NS, body: pod('web-3', NODE) });
+      await until(() => src!.list().some((p) => p.metadata!.name === 'web-3'), 'web-3 on the watch');
+      expect(src.status().lastError).toBeUndefined();
+    } finally {
+      await src?.stop();
+      await cp.stop();
+    }
+  }, 120_000);
 });

@@ -89,6 +89,13 @@ describe('meshcap image (deploy/Containerfile)', () => {
     expect(o.libbpf).toMatch(/^v1\./);
   });
 
+  it('the agent\'s Kubernetes client loads from its bundle (build/kube/client-node.mjs)', async () => {
+    const r = await run(REF.meshcap, 'node', ['--input-type=module', '-e',
+      "const k = await import('/opt/meshcap/dist/kube/api-source.js'); const { CLIENT_NODE_BUNDLE } = await import('/opt/meshcap/dist/kube/client-node.js'); console.log(JSON.stringify({ bundle: CLIENT_NODE_BUNDLE, source: typeof k.ApiSource }))"]);
+    expect(r.exitCode, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toEqual({ bundle: '/opt/meshcap/build/kube/client-node.mjs', source: 'function' });
+  });
+
   it('every BPF object of bpf/ is in build/bpf', async () => {
     const want = readdirSync(path.join(root, 'bpf')).filter((f) => f.endsWith('.bpf.c')).map((f) => f.replace(/\.c$/, '.o')).sort();
     const r = await run(REF.meshcap, 'ls', ['/opt/meshcap/build/bpf']);

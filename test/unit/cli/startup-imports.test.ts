@@ -46,7 +46,7 @@ export function startupModules(
 }
 
 const HEAVY_PACKAGES = ['@kubernetes/client-node', 'pino', 'prom-client', 'execa', 'ajv'];
-const HEAVY_FILES = /^(native\/|sandbox\/|agent\/agent\.ts|loader\/(datapath|probe)\.ts|kube\/api-source\.ts|proxy\/)/;
+const HEAVY_FILES = /^(native\/|sandbox\/|agent\/agent\.ts|loader\/(datapath|probe)\.ts|kube\/(api-source|client-node|rest)\.ts|proxy\/)/;
 
 describe('meshcap start-up imports', () => {
   // main.ts imports the invoked command's module (all of them for help): each

@@ -29,7 +29,10 @@ async function until(cond: () => boolean, what: string, timeoutMs = 3000): Promi
   }
 }
 
-describe('ApiSource', () => {
+// 'stream': a server with watch-list (Kubernetes 1.34+): the initial pods come
+// on the watch itself. 'refuse': one that answers it 422 (1.30-1.33, the gate
+// off): the source lists, then watches from the list's version.
+describe.each(['stream', 'refuse'] as const)('ApiSource, watch-list %s', (watchList) => {
   let api: KubeApiServer;
   let src: ApiSource | undefined;
   let events: string[];
@@ -40,12 +43,16 @@ describe('ApiSource', () => {
     return src;
   };
   const names = () => src!.list().map((p) => `${p.metadata!.namespace}/${p.metadata!.name}`).sort();
-  const lists = () => api.requests.filter((r) => r.query.watch === undefined);
-  const watches = () => api.requests.filter((r) => r.query.watch === 'true');
+  const lists = () => api.requests.filter((r) => r.query.watch === undefined && r.method === 'GET');
+  const watchLists = () => api.requests.filter((r) => r.query.watch === 'true' && r.query.sendInitialEvents === 'true');
+  /** the full syncs: watch-lists, or LISTs where the server refuses them */
+  const syncs = () => (watchList === 'stream' ? watchLists() : lists());
+  /** watches that resume from a version */
+  const watches = () => api.requests.filter((r) => r.query.watch === 'true' && r.query.sendInitialEvents === undefined);
 
   beforeEach(async () => {
     events = [];
-    api = await KubeApiServer.start();
+    api = await KubeApiServer.start({ watchList });
     api.addPod(testPod('shop', 'web-1', NODE));
     api.addPod(testPod('shop', 'web-2', 'node-b'));
     api.addPod(testPod('default', 'db-0', NODE));
@@ -63,28 +70,42 @@ describe('ApiSource', () => {
     expect(s.synced()).toBe(true);
     expect(names()).toEqual(['default/db-0', 'shop/web-1']);
     expect(events.sort()).toEqual(['ADDED default/db-0', 'ADDED shop/web-1']);
-    expect(lists()[0]!.query).toMatchObject({ fieldSelector: 'spec.nodeName=node-a', resourceVersion: '0' });
     await until(() => s.status().watching, 'the watch');
-    expect(watches()[0]!.query).toMatchObject({
-      fieldSelector: 'spec.nodeName=node-a',
-      allowWatchBookmarks: 'true',
-      resourceVersion: api.resourceVersion,
-    });
+    // the first request is a watch-list either way: it asks for a consistent read, streamed
+    expect(api.requests[0]!.query).toMatchObject({ fieldSelector: 'spec.nodeName=node-a', watch: 'true', sendInitialEvents: 'true', resourceVersionMatch: 'NotOlderThan', allowWatchBookmarks: 'true' });
+    expect(api.requests[0]!.query.resourceVersion).toBeUndefined();
+    if (watchList === 'stream') {
+      // one request: the initial pods, then the changes, on the same stream
+      expect(api.requests).toHaveLength(1);
+      expect(s.status().resourceVersion).toBe(api.resourceVersion);
+    } else {
+      expect(watchLists()).toHaveLength(1);
+      expect(lists()[0]!.query).toMatchObject({ fieldSelector: 'spec.nodeName=node-a', resourceVersion: '0' });
+      expect(watches()[0]!.query).toMatchObject({
+        fieldSelector: 'spec.nodeName=node-a',
+        allowWatchBookmarks: 'true',
+        resourceVersion: api.resourceVersion,
+      });
+    }
   });
 
-  it('lists in pages (limit, then continue without a resourceVersion) and keeps each pod\'s compact view', async () => {
+  it('keeps each pod\'s compact view; a LIST goes in pages (limit, then continue without a resourceVersion)', async () => {
     api.addPod(testPod('shop', 'web-3', NODE, { metadata: { name: 'web-3', namespace: 'shop', annotations: { 'sidecar.istio.io/status': '{}', 'kubectl.kubernetes.io/last-applied-configuration': 'x'.repeat(1000) } } }));
     const s = open({ listPageSize: 1 });
     await s.start();
     expect(names()).toEqual(['default/db-0', 'shop/web-1', 'shop/web-3']);
+    expect(s.get('shop', 'web-3')!.metadata!.annotations).toEqual({ 'sidecar.istio.io/status': '{}' });
+    expect(s.get('shop', 'web-3')!.metadata!.uid).toBeTruthy();
+    if (watchList === 'stream') {
+      expect(lists()).toEqual([]);
+      return;
+    }
     expect(lists().map((r) => [r.query.limit, r.query.resourceVersion, r.query.continue === undefined ? 'first' : 'continue'])).toEqual([
       ['1', '0', 'first'], ['1', undefined, 'continue'], ['1', undefined, 'continue'],
     ]);
     // the watch starts from the list's version, not a later page's
     await until(() => s.status().watching, 'the watch');
     expect(watches()[0]!.query.resourceVersion).toBe(api.resourceVersion);
-    expect(s.get('shop', 'web-3')!.metadata!.annotations).toEqual({ 'sidecar.istio.io/status': '{}' });
-    expect(s.get('shop', 'web-3')!.metadata!.uid).toBeTruthy();
   });
 
   it('applies watch events, ignores other nodes, sees a pod bound to this node, and waitFor gets a late pod', async () => {
@@ -120,10 +141,11 @@ describe('ApiSource', () => {
     await until(() => s.status().resourceVersion === api.resourceVersion, 'the bookmark');
     expect(events).toHaveLength(2); // only the initial ADDED events
 
+    const resumedBefore = watches().length;
     api.closeWatches(); // the server's watch timeout
-    await until(() => watches().length === 2 && api.watchCount === 1, 'the resumed watch');
-    expect(watches()[1]!.query.resourceVersion).toBe(api.resourceVersion);
-    expect(lists()).toHaveLength(1); // resumed, no relist
+    await until(() => watches().length === resumedBefore + 1 && api.watchCount === 1, 'the resumed watch');
+    expect(watches().at(-1)!.query.resourceVersion).toBe(api.resourceVersion);
+    expect(syncs()).toHaveLength(1); // resumed, no relist
   });
 
   it('on 410 Gone of an open watch, relists without losing or duplicating pods', async () => {
@@ -132,8 +154,8 @@ describe('ApiSource', () => {
     await until(() => api.watchCount === 1, 'the watch');
     events = [];
     api.expireHistory(); // ERROR 410 on the open watch
-    await until(() => lists().length === 2 && api.watchCount === 1, 'the relist and new watch');
-    expect(lists()[1]!.query.resourceVersion).toBeUndefined(); // a consistent read after 410
+    await until(() => syncs().length === 2 && api.watchCount === 1, 'the relist and new watch');
+    expect(syncs()[1]!.query.resourceVersion).toBeUndefined(); // a consistent read after 410
     expect(events).toEqual([]); // unchanged pods are not re-announced
     expect(names()).toEqual(['default/db-0', 'shop/web-1']);
     api.addPod(testPod('shop', 'after', NODE));
@@ -152,8 +174,8 @@ describe('ApiSource', () => {
     api.modifyPod('shop', 'web-1', (p) => { p.metadata!.annotations = { a: 'b' }; });
     api.expireHistory();
     await api.listen();
-    await until(() => lists().length === 2 && api.watchCount === 1, 'relist after 410');
-    const resumed = watches().find((w, i) => i > 0 && w.query.resourceVersion !== api.resourceVersion);
+    await until(() => syncs().length === 2 && api.watchCount === 1, 'relist after 410');
+    const resumed = watches().find((w) => w.query.resourceVersion !== api.resourceVersion);
     expect(resumed, 'the client first tried to resume from its old version').toBeDefined();
     expect(events.sort()).toEqual(['ADDED shop/new', 'DELETED default/db-0', 'MODIFIED shop/web-1']);
     expect(names()).toEqual(['shop/new', 'shop/web-1']);
@@ -170,7 +192,7 @@ describe('ApiSource', () => {
     await api.listen();
     await until(() => events.length === 1, 'the change made during the outage');
     expect(events).toEqual(['ADDED shop/during-outage']);
-    expect(lists()).toHaveLength(1); // history was kept: resumed, no relist
+    expect(syncs()).toHaveLength(1); // history was kept: resumed, no relist
     await until(() => s.status().lastError === undefined && s.status().watching, 'recovery');
   });
 
@@ -203,16 +225,19 @@ describe('ApiSource', () => {
   });
 
   it('abandons a watch that outlives its server-side timeout (a dead connection) and resumes', async () => {
-    api.stallWatches = true;
     const s = open({ watchTimeoutSeconds: 1 });
     await s.start();
-    await until(() => watches().length === 1, 'the first watch');
+    await until(() => api.watchCount === 1, 'the first watch');
+    const before = watches().length;
+    api.stallWatches = true;
+    api.closeWatches(); // the next watch is accepted, then silent
+    await until(() => watches().length === before + 1, 'the stalled watch');
     api.stallWatches = false;
     api.addPod(testPod('shop', 'missed', NODE)); // never sent on the stalled watch
     await until(() => events.includes('ADDED shop/missed'), 'the resumed watch', 4000);
     // Resumed from the same version: the stalled watch delivered nothing.
-    expect(watches()[1]!.query.resourceVersion).toBe(watches()[0]!.query.resourceVersion);
-    expect(lists()).toHaveLength(1);
+    expect(watches()[before + 1]!.query.resourceVersion).toBe(watches()[before]!.query.resourceVersion);
+    expect(syncs()).toHaveLength(1);
   });
 
   it('posts a Warning Event on a pod it cannot keep captured, naming this node', async () => {
@@ -233,5 +258,28 @@ describe('ApiSource', () => {
 
   it('requires a node name', () => {
     expect(() => new ApiSource({ kubeConfig: kubeConfig(api.url), nodeName: '' })).toThrow(/node name/);
+  });
+});
+
+describe('ApiSource against a server that ignores sendInitialEvents (before Kubernetes 1.27)', () => {
+  it('lists instead once no end bookmark came in time, and keeps listing after a 410', async () => {
+    const api = await KubeApiServer.start({ watchList: 'ignore' });
+    api.addPod(testPod('shop', 'web-1', NODE));
+    const src = new ApiSource({ kubeConfig: kubeConfig(api.url), nodeName: NODE, logger: quiet, minBackoffMs: 20, initialEventsTimeoutMs: 300 });
+    try {
+      const t0 = Date.now();
+      await src.start();
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(300);
+      expect(src.list().map((p) => p.metadata!.name)).toEqual(['web-1']);
+      const sent = () => api.requests.map((r) => (r.query.watch ? (r.query.sendInitialEvents ? 'watch-list' : 'watch') : 'list'));
+      await until(() => src.status().watching && sent().includes('watch'), 'the watch');
+      expect(sent()).toEqual(['watch-list', 'list', 'watch']);
+      api.expireHistory();
+      await until(() => sent().filter((k) => k === 'list').length === 2, 'the relist');
+      expect(sent().filter((k) => k === 'watch-list')).toHaveLength(1);
+    } finally {
+      await src.stop();
+      await api.stop();
+    }
   });
 });
