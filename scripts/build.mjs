@@ -71,9 +71,11 @@ for (const t of ['mc-order-check']) {
 //    and install-cni load this bundle (src/kube/client-node-entry.mjs says why).
 //    The generated modules (dist/gen/) only declare classes, so any the bundle
 //    does not use are dropped; without that rolldown keeps every model class.
+//    whatwg-url is replaced by src/kube/whatwg-url-shim.mjs.
 const kubeBundle = path.join(build, 'kube', 'client-node.mjs');
 const kubeEntry = path.join(root, 'src/kube/client-node-entry.mjs');
-const kubeInputs = [kubeEntry, path.join(root, 'package-lock.json'), fileURLToPath(import.meta.url)];
+const urlShim = path.join(root, 'src/kube/whatwg-url-shim.mjs');
+const kubeInputs = [kubeEntry, urlShim, path.join(root, 'package-lock.json'), fileURLToPath(import.meta.url)];
 if (!existsSync(kubeBundle) || kubeInputs.some((f) => statSync(f).mtimeMs > statSync(kubeBundle).mtimeMs)) {
   const { build: bundle } = await import('rolldown');
   const generated = /[\\/]@kubernetes[\\/]client-node[\\/]dist[\\/]gen[\\/]/;
@@ -82,6 +84,8 @@ if (!existsSync(kubeBundle) || kubeInputs.some((f) => statSync(f).mtimeMs > stat
     platform: 'node',
     logLevel: 'warn',
     treeshake: { moduleSideEffects: (id) => !generated.test(id) },
+    // node-fetch's fallback URL implementation, never used on Node (the shim says why)
+    resolve: { alias: { 'whatwg-url': urlShim } },
     output: { file: kubeBundle + '.tmp', format: 'esm' },
   });
   await execa('mv', [kubeBundle + '.tmp', kubeBundle]);

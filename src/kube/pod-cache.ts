@@ -5,7 +5,7 @@ import { EventEmitter } from 'node:events';
 import { isDeepStrictEqual } from 'node:util';
 import type { V1Pod } from '@kubernetes/client-node';
 import { podKey, podNamespace, type PodChangeListener, type PodEventType } from './pod-source.js';
-import { podView, StringPool } from './pod-view.js';
+import { podView, ShapePool, StringPool } from './pod-view.js';
 
 interface Waiter {
   resolve(pod: V1Pod | undefined): void;
@@ -17,10 +17,11 @@ export class PodCache {
   private readonly waiters = new Map<string, Set<Waiter>>();
   private readonly events = new EventEmitter<{ change: [PodEventType, V1Pod] }>();
   private readonly strings = new StringPool();
+  private readonly shapes = new ShapePool();
 
   /** The compact view this cache keeps of `pod` (sources may take it early, to drop the whole object sooner). */
   view(pod: V1Pod): V1Pod {
-    return podView(pod, this.strings);
+    return podView(pod, this.strings, this.shapes);
   }
 
   get size(): number {

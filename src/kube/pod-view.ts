@@ -4,7 +4,10 @@
 // whole objects (managedFields, every container's env, volumes, conditions:
 // 5-20 KB of JSON each, several times that as JS objects); at 10,000 pods
 // keeping them whole costs hundreds of MB. Strings many pods share (label and
-// annotation values, container names, the namespace) are kept once.
+// annotation values, container names, the namespace) are kept once, and so
+// are whole parts that many pods have alike (a workload's labels, the mesh's
+// annotations, the spec as the view keeps it: the same for every replica, and
+// nearly the same for every sidecar pod of a mesh), frozen.
 //
 // What is kept, and who reads it:
 // - metadata: name, namespace, uid, resourceVersion (change detection),
@@ -68,10 +71,45 @@ export class StringPool {
   }
 }
 
+function deepFreeze<T>(o: T): T {
+  if (typeof o === 'object' && o !== null && !Object.isFrozen(o)) {
+    for (const v of Object.values(o)) deepFreeze(v);
+    Object.freeze(o);
+  }
+  return o;
+}
+
+/**
+ * Parts of views that are alike (by their JSON), kept once and frozen: a
+ * shared part must not change under another pod. Bounded like StringPool.
+ * At 10,000 Istio pods the spec views alone were ~1 KB each (11 objects).
+ */
+export class ShapePool {
+  private readonly shapes = new Map<string, object>();
+  constructor(private readonly max = 4096) {}
+
+  get size(): number {
+    return this.shapes.size;
+  }
+
+  get<T extends object>(part: T): T {
+    const key = JSON.stringify(part);
+    const have = this.shapes.get(key);
+    if (have !== undefined) return have as T;
+    if (this.shapes.size >= this.max) this.shapes.clear();
+    this.shapes.set(key, deepFreeze(part));
+    return part;
+  }
+}
+
 const str = (v: unknown): v is string => typeof v === 'string';
 
-/** The compact view of `pod` (see the top of this file); a view given again comes back equal. */
-export function podView(pod: V1Pod, pool: StringPool): V1Pod {
+/**
+ * The compact view of `pod` (see the top of this file); a view given again
+ * comes back equal. With `shapes`, its labels, annotations and spec may be
+ * shared with other views, frozen.
+ */
+export function podView(pod: V1Pod, pool: StringPool, shapes?: ShapePool): V1Pod {
   const m = pod.metadata ?? {};
   const metadata: NonNullable<V1Pod['metadata']> = {};
   if (str(m.name)) metadata.name = own(m.name);
@@ -82,7 +120,7 @@ export function podView(pod: V1Pod, pool: StringPool): V1Pod {
   if (m.labels) {
     const labels: Record<string, string> = {};
     for (const [k, v] of Object.entries(m.labels)) labels[pool.get(k)] = str(v) ? pool.get(v) : v;
-    metadata.labels = labels;
+    metadata.labels = shapes ? shapes.get(labels) : labels;
   }
   if (m.annotations) {
     let annotations: Record<string, string> | undefined;
@@ -90,10 +128,10 @@ export function podView(pod: V1Pod, pool: StringPool): V1Pod {
       if (!KEPT_ANNOTATIONS.has(k)) continue;
       (annotations ??= {})[pool.get(k)] = str(v) ? pool.get(v) : v;
     }
-    if (annotations) metadata.annotations = annotations;
+    if (annotations) metadata.annotations = shapes ? shapes.get(annotations) : annotations;
   }
   const view: V1Pod = { metadata };
-  if (pod.spec) view.spec = specView(pod.spec, pool);
+  if (pod.spec) view.spec = shapes ? shapes.get(specView(pod.spec, pool)) : specView(pod.spec, pool);
   if (pod.status) view.status = statusView(pod.status, pool);
   return view;
 }

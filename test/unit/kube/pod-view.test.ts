@@ -12,7 +12,7 @@ import { decideMeshed } from '../../../src/decision/meshed.js';
 import { podToCaptureConfig } from '../../../src/redirect/pod.js';
 import { uncapturedPods, UNCAPTURED_LABEL } from '../../../src/agent/repair.js';
 import { ISTIO_ANNOTATIONS, ISTIO_LABELS, LINKERD_ANNOTATIONS } from '../../../src/mesh/vocabulary.js';
-import { podView, StringPool } from '../../../src/kube/pod-view.js';
+import { podView, ShapePool, StringPool } from '../../../src/kube/pod-view.js';
 
 const CONTAINER_NAMES = ['istio-proxy', 'istio-init', 'linkerd-proxy', 'linkerd-init', 'app', 'istio-validation', 'sidecar'];
 const ANNOTATION_VALUES = ['', '*', 'true', 'false', 'enabled', 'disabled', 'NONE', 'REDIRECT', 'TPROXY', 'bogus', '15020', '8080,9090', '1-2', '4000-5000',
@@ -110,8 +110,11 @@ function warnings(p: V1Pod, profile: 'istio' | 'linkerd'): { config: unknown; wa
 
 describe('podView', () => {
   it('decides exactly as the whole pod (generated pods)', () => {
+    // one shape pool for all runs, as the cache has: views share frozen parts,
+    // so a reader that wrote into a view would throw here
+    const shapes = new ShapePool();
     fc.assert(fc.property(pod, prevResult, fc.constantFrom('ebpf' as const, 'iptables' as const), (whole, prev, nodeMode) => {
-      const view = podView(whole, new StringPool());
+      const view = podView(whole, new StringPool(), shapes);
       expect(outcome(() => decideMeshed(view))).toEqual(outcome(() => decideMeshed(whole)));
       expect(outcome(() => decideAdd(view, { nodeMode, prevResult: prev }))).toEqual(outcome(() => decideAdd(whole, { nodeMode, prevResult: prev })));
       for (const profile of ['istio', 'linkerd'] as const) expect(warnings(view, profile)).toEqual(warnings(whole, profile));
@@ -122,7 +125,9 @@ describe('podView', () => {
       expect(view.spec?.nodeName).toBe(whole.spec?.nodeName);
       // a view given again comes back equal (the cache may be handed one)
       expect(podView(view, new StringPool())).toEqual(view);
+      expect(podView(view, new StringPool(), shapes)).toEqual(view);
     }), { numRuns: 1000 });
+    expect(shapes.size).toBeGreaterThan(10);
   });
 
   it('keeps only what meshcap reads, and one copy of strings many pods share', () => {
@@ -154,6 +159,37 @@ describe('podView', () => {
     });
     // the status annotation of both pods is one string (the pool's)
     expect(Object.is(a.metadata!.annotations![ISTIO_ANNOTATIONS.status], b.metadata!.annotations![ISTIO_ANNOTATIONS.status])).toBe(true);
+  });
+
+  it('keeps parts many pods have alike once, frozen, and apart what differs', () => {
+    const strings = new StringPool();
+    const shapes = new ShapePool();
+    const mk = (name: string, version: string): V1Pod => ({
+      metadata: { name, namespace: 'shop', uid: `uid-${name}`, labels: { app: 'web', version }, annotations: { [ISTIO_ANNOTATIONS.status]: '{}' } },
+      spec: { nodeName: 'node-a', containers: [{ name: 'app', image: `app:${name}` }, { name: 'istio-proxy', args: ['proxy', 'sidecar'], securityContext: { runAsUser: 1337 } }] },
+      status: { phase: 'Running', podIP: `198.18.0.${name.length}` },
+    });
+    const [a, b, c] = [podView(mk('a', 'v1'), strings, shapes), podView(mk('bb', 'v1'), strings, shapes), podView(mk('ccc', 'v2'), strings, shapes)];
+    expect(a.spec).toBe(b.spec);
+    expect(a.spec).toBe(c.spec); // the image is not in the view
+    expect(a.metadata!.labels).toBe(b.metadata!.labels);
+    expect(c.metadata!.labels).not.toBe(a.metadata!.labels);
+    expect(c.metadata!.labels).toEqual({ app: 'web', version: 'v2' });
+    expect(a.metadata!.annotations).toBe(c.metadata!.annotations);
+    // each pod's own: its metadata, status and view object
+    expect(a.metadata).not.toBe(b.metadata);
+    expect(a.status).not.toBe(b.status);
+    expect(Object.isFrozen(a.spec!.containers[1]!.args)).toBe(true);
+    expect(() => { (a.spec!.containers[1]!.securityContext as { runAsUser: number }).runAsUser = 0; }).toThrow(TypeError);
+    expect(b.spec!.containers[1]!.securityContext!.runAsUser).toBe(1337);
+  });
+
+  it('the shape pool starts over past its bound', () => {
+    const shapes = new ShapePool(2);
+    for (const v of ['a', 'b', 'c']) shapes.get({ v });
+    expect(shapes.size).toBe(1);
+    const d = { v: 'd' };
+    expect(shapes.get(d)).toBe(d);
   });
 
   it('the string pool starts over past its bound', () => {
