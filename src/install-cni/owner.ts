@@ -46,7 +46,8 @@ export async function daemonSetVerdict(kc: KubeConfig, namespace: string, name: 
   } catch (err) {
     const e = err as { code?: unknown; message?: string };
     if (e.code === 404) return ownerVerdict({ status: 'not-found' }, ds);
-    return ownerVerdict({ status: 'error', message: `${e.code ? `HTTP ${String(e.code)}: ` : ''}${(e.message ?? String(err)).split('\n')[0]}` }, ds);
+    // kubeRequest's errors name the request and the HTTP status or network error
+    return ownerVerdict({ status: 'error', message: (e.message ?? String(err)).split('\n')[0]! }, ds);
   }
 }
 

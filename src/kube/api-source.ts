@@ -139,6 +139,8 @@ export class ApiSource extends CachedPodSource implements PodSource {
   private watchEstablishedAt: number | undefined;
   private wakeSleep: (() => void) | undefined;
   private syncWaiters: { resolve(): void; reject(err: Error): void }[] = [];
+  /** Aborts a LIST in flight when the source stops. */
+  private readonly stopping = new AbortController();
 
   constructor(opts: ApiSourceOptions) {
     super();
@@ -218,6 +220,7 @@ export class ApiSource extends CachedPodSource implements PodSource {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    this.stopping.abort();
     this.abortWatch?.();
     this.wakeSleep?.();
     this.cache.cancelWaiters();
@@ -293,6 +296,7 @@ export class ApiSource extends CachedPodSource implements PodSource {
       let page;
       try {
         page = await kubeRequest<V1PodList & { metadata?: { continue?: string } }>(this.kc, '/api/v1/pods', {
+          signal: this.stopping.signal,
           query: {
             fieldSelector: this.fieldSelector,
             limit: this.listPageSize,
@@ -325,6 +329,8 @@ export class ApiSource extends CachedPodSource implements PodSource {
    * ~12 KB of JSON per Istio pod, over 100 MB at 10,000 pods).
    */
   private watchOnce(): Promise<number> {
+    // stop() during a LIST: no watch to open (stop() aborts only the one already open)
+    if (this.stopped) return Promise.resolve(0);
     const listing = !this.rv;
     return new Promise<number>((resolve, reject) => {
       let events = 0;

@@ -27,6 +27,14 @@ export interface KubeRequest {
   body?: unknown;
   /** The body's media type (default application/json; a patch names its strategy). */
   contentType?: string;
+  /**
+   * Gives up after this long (default 90 s: the API server ends a request that
+   * is not a watch after 60 s, so a request older than that sits on a dead
+   * connection).
+   */
+  timeoutMs?: number;
+  /** Aborts the request (the caller is stopping). */
+  signal?: AbortSignal;
 }
 
 /** Sends one request to the kubeconfig's current cluster; resolves with the answer's JSON. */
@@ -39,14 +47,23 @@ export async function kubeRequest<T = unknown>(kc: KubeConfig, path: string, req
   for (const [k, v] of Object.entries(req.query ?? {})) if (v !== undefined) url.searchParams.set(k, String(v));
   const init = await kc.applyToFetchOptions({});
   init.method = method;
+  init.timeout = req.timeoutMs ?? 90_000;
+  if (req.signal) init.signal = req.signal as NonNullable<typeof init.signal>;
   const headers = init.headers as Headers; // applyToFetchOptions always builds one
   headers.set('Accept', 'application/json');
   if (req.body !== undefined) {
     headers.set('Content-Type', req.contentType ?? 'application/json');
     init.body = JSON.stringify(req.body);
   }
-  const res = await fetch(url, init);
-  const text = await res.text();
+  let res: Awaited<ReturnType<typeof fetch>>;
+  let text: string;
+  try {
+    res = await fetch(url, init);
+    text = await res.text();
+  } catch (err) {
+    // which request failed, then node-fetch's reason (a timeout, ECONNREFUSED, an abort)
+    throw Object.assign(new Error(`${method} ${path}: ${(err as Error).message}`, { cause: err }), { code: (err as { code?: unknown }).code, type: (err as { type?: unknown }).type });
+  }
   if (res.status < 200 || res.status > 299) {
     let message = text.slice(0, 500) || res.statusText;
     let reason: string | undefined;

@@ -61,6 +61,8 @@ export class KubeApiServer {
    * silent forever (no events, no timeoutSeconds end).
    */
   stallWatches = false;
+  /** While true, LISTs are accepted and never answered (a dead connection mid-request). */
+  stallLists = false;
   private server: Server | undefined;
   private port = 0;
   private rv = 1000;
@@ -236,6 +238,7 @@ export class KubeApiServer {
     if (rv !== undefined && rv > this.rv) return sendStatus(res, 504, 'Timeout', `Too large resource version: ${rv}, current: ${this.rv}`);
 
     if (query.watch === 'true' || query.watch === '1') return this.watch(res, match, rv, query);
+    if (this.stallLists) return;
     if (query.resourceVersionMatch === 'Exact' && rv !== undefined && rv !== 0 && rv < this.compactedRv) {
       return sendStatus(res, 410, 'Expired', `too old resource version: ${rv} (${this.compactedRv})`);
     }

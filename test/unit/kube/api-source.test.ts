@@ -4,6 +4,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import { ApiSource } from '../../../src/kube/api-source.js';
+import { kubeRequest } from '../../../src/kube/rest.js';
 import type { PodEventType } from '../../../src/kube/pod-source.js';
 import { KubeApiServer, testPod } from '../../helpers/kube-apiserver.js';
 
@@ -258,6 +259,26 @@ describe.each(['stream', 'refuse'] as const)('ApiSource, watch-list %s', (watchL
 
   it('requires a node name', () => {
     expect(() => new ApiSource({ kubeConfig: kubeConfig(api.url), nodeName: '' })).toThrow(/node name/);
+  });
+});
+
+describe('ApiSource and a LIST that never answers (a dead connection mid-request)', () => {
+  it('stop() ends it at once, and kubeRequest gives up after its timeout with the request named', async () => {
+    const api = await KubeApiServer.start({ watchList: 'refuse' });
+    api.stallLists = true;
+    const src = new ApiSource({ kubeConfig: kubeConfig(api.url), nodeName: NODE, logger: quiet, minBackoffMs: 20 });
+    try {
+      const started = src.start();
+      const rejected = expect(started).rejects.toThrow(/stopped before the first sync/);
+      await until(() => api.requests.some((r) => r.query.watch === undefined), 'the LIST');
+      const t0 = Date.now();
+      await src.stop();
+      expect(Date.now() - t0).toBeLessThan(1000);
+      await rejected;
+      await expect(kubeRequest(kubeConfig(api.url), '/api/v1/pods', { timeoutMs: 200 })).rejects.toThrow(/^GET \/api\/v1\/pods: network timeout/);
+    } finally {
+      await api.stop();
+    }
   });
 });
 
