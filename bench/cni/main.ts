@@ -353,16 +353,9 @@ async function benchIstioCni(nss: string[], nsNames: string[]): Promise<void> {
   controlPlaneMs = performance.now() - t0;
   const runDir = path.join(tmp, 'istio-cni');
   mkdirSync(runDir, { recursive: true });
-  writeFileSync(path.join(runDir, 'istio-cni-kubeconfig'), JSON.stringify({
-    apiVersion: 'v1', kind: 'Config', 'current-context': 'bench',
-    clusters: [{ name: 'bench', cluster: { server: cp.apiserverUrl, 'certificate-authority': cp.caFile } }],
-    users: [{ name: 'bench', user: { 'client-certificate': path.join(cp.pki, 'admin.crt'), 'client-key': path.join(cp.pki, 'admin.key') } }],
-    contexts: [{ name: 'bench', context: { cluster: 'bench', user: 'bench' } }],
-  }));
+  cp.writeAdminKubeconfig(path.join(runDir, 'istio-cni-kubeconfig'));
   const core = cp.adminKubeConfig().makeApiClient(CoreV1Api);
-  await core.createNamespace({ body: { metadata: { name: 'bench' } } });
-  // no controller-manager here to make the namespace's default service account, which admission wants
-  await core.createNamespacedServiceAccount({ namespace: 'bench', body: { metadata: { name: 'default' } } });
+  await cp.createNamespace('bench');
   const pod = (name: string, meshed: boolean, noInbound = false) => ({
     metadata: {
       name, namespace: 'bench',

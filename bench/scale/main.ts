@@ -272,22 +272,15 @@ let apiPodBytes = 0;
 const kubeconfigFile = path.join(tmp, 'kubeconfig');
 
 async function startControlPlane(): Promise<void> {
-  const { ControlPlane, controlPlaneBuilt } = await import('../../test/helpers/k8s-control-plane.js');
-  if (!controlPlaneBuilt()) throw new Error('--source api needs etcd and kube-apiserver in build/k8s/bin: run npm run build:k8s');
+  // ControlPlane.start() names the missing binaries and the build step when build/k8s has none
+  const { ControlPlane } = await import('../../test/helpers/k8s-control-plane.js');
   const { CoreV1Api } = await import('@kubernetes/client-node');
   const t0 = performance.now();
   controlPlane = await ControlPlane.start();
   const cp = controlPlane;
-  writeFileSync(kubeconfigFile, JSON.stringify({
-    apiVersion: 'v1', kind: 'Config', 'current-context': 'bench',
-    clusters: [{ name: 'bench', cluster: { server: cp.apiserverUrl, 'certificate-authority': cp.caFile } }],
-    users: [{ name: 'bench', user: { 'client-certificate': path.join(cp.pki, 'admin.crt'), 'client-key': path.join(cp.pki, 'admin.key') } }],
-    contexts: [{ name: 'bench', context: { cluster: 'bench', user: 'bench' } }],
-  }));
+  cp.writeAdminKubeconfig(kubeconfigFile);
   core = cp.adminKubeConfig().makeApiClient(CoreV1Api);
-  await core.createNamespace({ body: { metadata: { name: 'bench' } } });
-  // no controller-manager here to make the namespace's default service account, which admission wants
-  await core.createNamespacedServiceAccount({ namespace: 'bench', body: { metadata: { name: 'default' } } });
+  await cp.createNamespace('bench');
   log(`control plane up in ${((performance.now() - t0) / 1000).toFixed(1)} s (etcd + kube-apiserver, ${cp.apiserverUrl})`);
 }
 

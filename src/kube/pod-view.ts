@@ -131,7 +131,10 @@ export function podView(pod: V1Pod, pool: StringPool, shapes?: ShapePool): V1Pod
     if (annotations) metadata.annotations = shapes ? shapes.get(annotations) : annotations;
   }
   const view: V1Pod = { metadata };
-  if (pod.spec) view.spec = shapes ? shapes.get(specView(pod.spec, pool)) : specView(pod.spec, pool);
+  if (pod.spec) {
+    const spec = specView(pod.spec, pool);
+    view.spec = shapes ? shapes.get(spec) : spec;
+  }
   if (pod.status) view.status = statusView(pod.status, pool);
   return view;
 }

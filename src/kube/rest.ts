@@ -11,12 +11,10 @@ import { fetch, type KubeConfig } from './client-node.js';
 /** A non-2xx answer: the HTTP status (as `code`, like client-node's ApiException) and the Status message. */
 export class KubeApiError extends Error {
   readonly code: number;
-  readonly reason: string | undefined;
-  constructor(method: string, path: string, code: number, message: string, reason?: string) {
+  constructor(method: string, path: string, code: number, message: string) {
     super(`${method} ${path}: ${message}`);
     this.name = 'KubeApiError';
     this.code = code;
-    this.reason = reason;
   }
 }
 
@@ -61,18 +59,17 @@ export async function kubeRequest<T = unknown>(kc: KubeConfig, path: string, req
     res = await fetch(url, init);
     text = await res.text();
   } catch (err) {
-    // which request failed, then node-fetch's reason (a timeout, ECONNREFUSED, an abort)
-    throw Object.assign(new Error(`${method} ${path}: ${(err as Error).message}`, { cause: err }), { code: (err as { code?: unknown }).code, type: (err as { type?: unknown }).type });
+    // which request failed, then node-fetch's reason (a timeout, ECONNREFUSED, an
+    // abort); its code (ECONNREFUSED) stays on the cause, where describe() looks
+    throw new Error(`${method} ${path}: ${(err as Error).message}`, { cause: err });
   }
   if (res.status < 200 || res.status > 299) {
     let message = text.slice(0, 500) || res.statusText;
-    let reason: string | undefined;
     try {
-      const status = JSON.parse(text) as { message?: unknown; reason?: unknown };
+      const status = JSON.parse(text) as { message?: unknown };
       if (typeof status.message === 'string') message = status.message;
-      if (typeof status.reason === 'string') reason = status.reason;
     } catch { /* not a Status: keep the text */ }
-    throw new KubeApiError(method, path, res.status, `HTTP ${res.status}: ${message}`, reason);
+    throw new KubeApiError(method, path, res.status, `HTTP ${res.status}: ${message}`);
   }
   try {
     return JSON.parse(text) as T;

@@ -16,7 +16,7 @@ import { createServer, type AddressInfo, type Server, type Socket } from 'node:n
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { KubeConfig } from '@kubernetes/client-node';
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const K8S_BIN = path.join(repo, 'build/k8s/bin');
@@ -202,6 +202,26 @@ export class ControlPlane {
       currentContext: 'test',
     });
     return kc;
+  }
+
+  /** adminKubeConfig() as a kubeconfig file, for a process of its own (the agent, istio-cni). */
+  writeAdminKubeconfig(file: string): void {
+    writeFileSync(file, JSON.stringify({
+      apiVersion: 'v1', kind: 'Config', 'current-context': 'admin',
+      clusters: [{ name: 'test', cluster: { server: this.apiserverUrl, 'certificate-authority': this.caFile } }],
+      users: [{ name: 'admin', user: { 'client-certificate': path.join(this.pki, 'admin.crt'), 'client-key': path.join(this.pki, 'admin.key') } }],
+      contexts: [{ name: 'admin', context: { cluster: 'test', user: 'admin' } }],
+    }));
+  }
+
+  /**
+   * A namespace and its default service account, which pod admission wants:
+   * without startControllers() no controller-manager makes it.
+   */
+  async createNamespace(name: string): Promise<void> {
+    const core = this.adminKubeConfig().makeApiClient(CoreV1Api);
+    await core.createNamespace({ body: { metadata: { name } } });
+    await core.createNamespacedServiceAccount({ namespace: name, body: { metadata: { name: 'default' } } });
   }
 
   /** Starts build/k8s/bin/BIN (or an absolute path) logging to DIR/NAME.log. */

@@ -421,9 +421,7 @@ describe('ApiSource against a real kube-apiserver with the WatchList gate off (1
     let src: ApiSource | undefined;
     try {
       const core = cp.adminKubeConfig().makeApiClient(CoreV1Api);
-      await core.createNamespace({ body: { metadata: { name: NS } } });
-      // no controller-manager here to make the namespace's default service account, which admission wants
-      await core.createNamespacedServiceAccount({ namespace: NS, body: { metadata: { name: 'default' } } });
+      await cp.createNamespace(NS);
       for (const n of ['web-1', 'web-2']) await core.createNamespacedPod({ namespace: NS, body: pod(n, NODE) });
       src = new ApiSource({ kubeConfig: cp.adminKubeConfig(), nodeName: NODE, logger, minBackoffMs: 50 });
       await src.start();
