@@ -36,39 +36,16 @@ static __always_inline int mc_inbound_decide(struct bpf_sk_lookup *ctx, __u64 ar
 	__u64 netns;
 	__u16 port;
 	long err;
+	bool v4;
 
 	if (ctx->protocol != IPPROTO_TCP)
 		return SK_PASS;
-	/* Read every address field up front: clang otherwise merges the v4 and
-	 * v6 paths into a modified ctx pointer, which the verifier refuses. */
-	__u32 l4 = ctx->local_ip4, r4 = ctx->remote_ip4;
-	__u32 l6[4] = { ctx->local_ip6[0], ctx->local_ip6[1], ctx->local_ip6[2], ctx->local_ip6[3] };
-	__u32 r6[4] = { ctx->remote_ip6[0], ctx->remote_ip6[1], ctx->remote_ip6[2], ctx->remote_ip6[3] };
-	bool v4 = ctx->family == AF_INET;
-
-	/* Keep them loads from the ctx as written: with the checks below ahead
-	 * of the pod lookup, clang otherwise sinks them into the branches and
-	 * merges them again (the .rodata-cookie build of this file did). */
-	barrier_var(l4);
-	barrier_var(r4);
-	for (int i = 0; i < 4; i++) {
-		barrier_var(l6[i]);
-		barrier_var(r6[i]);
-	}
-	if (v4) {
-		mc_v4mapped(local, l4);
-		mc_v4mapped(remote, r4);
-	} else {
-		__builtin_memcpy(local, l6, 16);
-		__builtin_memcpy(remote, r6, 16);
-	}
-	/* NAT in PREROUTING never re-decides the pod's own connections: leave
-	 * loopback and the proxy's passthrough source (127.0.0.6 is loopback;
-	 * ::6 for IPv6) alone. Asked before the pod's entry: every connection
-	 * from the app to its proxy is one of these (issue 19: per-connection
-	 * cost). */
-	if (mc_is_loopback(local) || mc_is_loopback(remote) || mc_is_passthrough6(remote))
+	/* Asked before the pod's entry (issue 19: per-connection cost); the
+	 * pod's stub asks it before its tail call too. */
+	if (mc_lookup_own(ctx))
 		return SK_PASS;
+	mc_lookup_addrs(ctx, local, remote);
+	v4 = ctx->family == AF_INET;
 	/* 0: no pod (a whole program not given its cookie yet; the shared
 	 * program run without a stub) */
 	netns = MC_INBOUND_NETNS();

@@ -19,59 +19,14 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include "mc_addr.h"
 #include "inbound-tail.h"
-
-#define AF_INET 2 /* not in vmlinux.h (a macro) */
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* The pod's netns cookie, in the stub's own map (each instance gets its own
  * array in place of the .bss). 0: no pod yet, so nothing is captured. */
 __u64 mc_stub_netns SEC(".bss");
-
-/*
- * The pod's own traffic: a loopback (or unspecified) address on either side,
- * or the proxy's ::6 passthrough source. mc_inbound_decide passes exactly
- * these first (mc_is_loopback, mc_is_passthrough6), and every redirected
- * outbound connection is one (the app to its proxy on 127.x or ::1), so the
- * stub passes them itself: no hand claimed, no tail call (issue 19 item 2:
- * per-connection cost). Each ctx field is loaded once, on its own
- * (barrier_var), as the shared program does: clang would otherwise merge the
- * v4 and v6 loads into one from a computed ctx offset, which the verifier
- * refuses.
- */
-static __always_inline bool mc_own4(__u32 a)
-{
-	/* network order: the first octet is the low byte */
-	return (a & 0xff) == 127 || a == 0;
-}
-
-static __always_inline bool mc_own6(__u32 w0, __u32 w1, __u32 w2, __u32 w3)
-{
-	if ((w0 | w1) != 0)
-		return false;
-	if (w2 == bpf_htonl(0x0000ffff)) /* v4-mapped: 127.0.0.0/8 or 0.0.0.0 */
-		return mc_own4(w3);
-	return w2 == 0 && (w3 == bpf_htonl(1) || w3 == 0);
-}
-
-static __always_inline bool mc_pod_own(struct bpf_sk_lookup *ctx)
-{
-	if (ctx->family == AF_INET) {
-		__u32 l = ctx->local_ip4, r = ctx->remote_ip4;
-
-		barrier_var(l);
-		barrier_var(r);
-		return mc_own4(l) || mc_own4(r);
-	}
-	__u32 l0 = ctx->local_ip6[0], l1 = ctx->local_ip6[1], l2 = ctx->local_ip6[2], l3 = ctx->local_ip6[3];
-	__u32 r0 = ctx->remote_ip6[0], r1 = ctx->remote_ip6[1], r2 = ctx->remote_ip6[2], r3 = ctx->remote_ip6[3];
-
-	barrier_var(l3);
-	barrier_var(r3);
-	return mc_own6(l0, l1, l2, l3) || mc_own6(r0, r1, r2, r3) ||
-	       ((r0 | r1 | r2) == 0 && r3 == bpf_htonl(6));
-}
 
 SEC("sk_lookup")
 int mc_inbound_pod(struct bpf_sk_lookup *ctx)
@@ -88,8 +43,10 @@ int mc_inbound_pod(struct bpf_sk_lookup *ctx)
 		return SK_PASS;
 	/* Never captured, whatever the shared program or its absence (an empty
 	 * slot 0 below) would say: the app to its proxy, the proxy's
-	 * passthrough to the app. */
-	if (mc_pod_own(ctx))
+	 * passthrough to the app. Passed here, the shared program's own first
+	 * test (mc_addr.h), with no hand claimed and no tail call: every
+	 * redirected outbound connection's SYN is one (issue 19 item 2). */
+	if (mc_lookup_own(ctx))
 		return SK_PASS;
 	a = bpf_map_lookup_elem(&mc_inbound_arg, &zero);
 	if (!a)

@@ -7,8 +7,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "meshcap.h"
+#include "mc_addr.h"
 
-#define AF_INET 2
 #define AF_INET6 10
 #define SOCK_STREAM 1
 #define SOCK_DGRAM 2
@@ -19,56 +19,6 @@
 #define SO_ORIGINAL_DST 80
 #define IP6T_SO_ORIGINAL_DST 80
 #define DNS_PORT 53
-
-#define MC_INLINE static __always_inline
-
-MC_INLINE void mc_v4mapped(__u8 out[16], __u32 ip4_be)
-{
-	__builtin_memset(out, 0, 10);
-	out[10] = 0xff;
-	out[11] = 0xff;
-	__builtin_memcpy(out + 12, &ip4_be, 4);
-}
-
-MC_INLINE void mc_v6copy(__u8 out[16], const __u32 ip6[4])
-{
-	__builtin_memcpy(out, ip6, 16);
-}
-
-MC_INLINE bool mc_is_v4mapped(const __u8 a[16])
-{
-	const __u32 *w = (const __u32 *)a;
-	return w[0] == 0 && w[1] == 0 && w[2] == bpf_htonl(0x0000ffff);
-}
-
-/* 127.0.0.0/8 or ::1 or ::ffff:127.0.0.0/104 */
-/* Unspecified (0.0.0.0, ::): connect() to it reaches this host over
- * loopback, and the routing the iptables rules see has already made it
- * 127.0.0.1 / ::1 (__ip_route_output_key_hash), so it counts as that. */
-MC_INLINE bool mc_is_unspecified(const __u8 a[16])
-{
-	const __u32 *w = (const __u32 *)a;
-	if (mc_is_v4mapped(a))
-		return w[3] == 0;
-	return w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == 0;
-}
-
-MC_INLINE bool mc_is_loopback(const __u8 a[16])
-{
-	const __u32 *w = (const __u32 *)a;
-	if (mc_is_unspecified(a))
-		return true;
-	if (mc_is_v4mapped(a))
-		return a[12] == 127;
-	return w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == bpf_htonl(1);
-}
-
-/* ::6, Envoy's IPv6 inbound passthrough source (127.0.0.6 for IPv4) */
-MC_INLINE bool mc_is_passthrough6(const __u8 a[16])
-{
-	const __u32 *w = (const __u32 *)a;
-	return w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == bpf_htonl(6);
-}
 
 MC_INLINE struct mc_pod *mc_pod_of(__u64 netns)
 {
