@@ -1,7 +1,13 @@
 // The agent's CNI endpoint: a unix socket the meshcap-cni forwarder connects
 // to once per runtime call. One bounded request per connection, dispatched
-// to the handlers, one reply, one log line.
-import { chmod, lstat, mkdir, stat, unlink } from 'node:fs/promises';
+// to the handlers, one reply, one log line. The socket itself is served by
+// the addon's thread (native/addon/src/cni_listener.cc): accept, the peer's
+// uid, reading to the half-close, and the deadlines happen there, and this
+// module sees one event per connection. With node's net.Server each
+// connection's Socket and handle wrap outlived their ~2 ms in V8's old space
+// and took ~3.6 KB of native memory to the next major GC: a burst of 10,000
+// DELs put the agent over its memory budget (docs/bench-scale.md).
+import { lstat, mkdir, stat, unlink } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import type { Logger } from 'pino';
@@ -11,7 +17,7 @@ import { CNI_ERROR_CODES } from './rules.js';
 import type { CniHandlers } from './types.js';
 import { MAX_REQUEST_BYTES, decodeWireRequest, encodeWireReply, type WireReply } from './wire.js';
 import { meshcapVersion } from '../version.js';
-import { peerCredentials, type PeerCredentials } from '../native/addon.js';
+import { CniEventKind, cniListen } from '../native/addon.js';
 
 export interface CniServerOptions {
   socketPath: string;
@@ -19,7 +25,7 @@ export interface CniServerOptions {
   logger: Logger;
   /** How long a client may take to send its request (default 5000 ms). */
   requestReadTimeoutMs?: number;
-  /** More about the agent for every reply's `agent` field (mode, readiness, ...: `meshcap status`). */
+  /** More about the agent for every reply's `agent` field (mode, readiness, ...: `meshcap status`): a fresh object each call (the reply adds to it). */
   identity?: () => Record<string, unknown>;
 }
 
@@ -37,21 +43,10 @@ function errorReply(err: CniError): WireReply {
  * root, and a request here can remove any pod's capture (DEL) or set one up.
  * The socket file is 0600 in a 0700 directory, but a process with
  * CAP_DAC_OVERRIDE, or a socket directory someone made wider, gets past file
- * modes; SO_PEERCRED (the uid the peer had at connect()) does not care.
- * Returns why the peer is refused, or undefined.
+ * modes; SO_PEERCRED (the uid the peer had at connect()), which the
+ * listener checks at accept, does not care.
  */
-function peerRefusal(sock: net.Socket): { why: string; cred?: PeerCredentials } | undefined {
-  const fd = (sock as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
-  if (typeof fd !== 'number' || fd < 0) return { why: 'cannot tell who connected (no socket fd)' };
-  let cred: PeerCredentials;
-  try {
-    cred = peerCredentials(fd);
-  } catch (err) {
-    return { why: `cannot tell who connected: ${(err as Error).message}` };
-  }
-  if (cred.uid !== 0) return { why: `peer pid ${cred.pid} runs as uid ${cred.uid}, and only root (uid 0) may use the CNI socket`, cred };
-  return undefined;
-}
+const ALLOWED_UID = 0;
 
 /** Is something listening on this socket path? */
 function socketAnswers(socketPath: string): Promise<boolean> {
@@ -94,115 +89,60 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
   }
   await removeStaleSocket(socketPath);
 
-  const open = new Set<net.Socket>();
-  const server = net.createServer({ allowHalfOpen: true }, (sock) => {
-    open.add(sock);
-    sock.once('close', () => open.delete(sock));
-    sock.on('error', (err) => logger.debug({ err }, 'cni connection error'));
-    const refused = peerRefusal(sock);
-    if (refused) {
-      logger.warn({ peerPid: refused.cred?.pid, peerUid: refused.cred?.uid, peerGid: refused.cred?.gid, reason: refused.why }, 'refused a CNI connection from a process that is not root');
-      // no agent identity for a stranger; read and drop what it sends
-      sock.on('data', () => undefined);
-      sock.end(encodeWireReply({ exitCode: 1, stdout: JSON.stringify(new CniError(CNI_ERROR_CODES.INTERNAL, `permission denied: ${refused.why}`).toResult(undefined)) }));
-      setTimeout(() => sock.destroy(), readTimeoutMs).unref();
-      return;
-    }
-    serveConnection(sock, handlers, logger, readTimeoutMs, opts.identity);
-  });
-
-  // Created 0600 (umask 0177 around the bind, which listen() does before it
-  // returns), not only chmod'ed after: no moment in which others may connect.
-  // (process.umask throws in worker threads; the chmod still applies there.)
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    let umask: number | undefined;
+  const identity = opts.identity;
+  const reply = (id: number, r: WireReply) => {
+    const { version, commit, dirty } = meshcapVersion();
+    let agent: Record<string, unknown> = {};
     try {
-      umask = process.umask(0o177);
-    } catch { /* worker thread */ }
-    try {
-      server.listen(socketPath, () => {
-        server.off('error', reject);
-        resolve();
-      });
-    } finally {
-      if (umask !== undefined) process.umask(umask);
-    }
-  });
-  await chmod(socketPath, 0o600);
-  server.on('error', (err) => logger.error({ err, socketPath }, 'cni socket server error'));
-  logger.info({ socketPath }, 'cni server listening');
+      agent = identity?.() ?? {};
+    } catch { /* the reply matters more than the identity */ }
+    // Filled in place, not spread: an object spread here (`{ ...more, version }`)
+    // put ~900 bytes a request into V8's old space (new hidden classes, it
+    // seems), 10x what the rest of the request left there (docs/bench-scale.md).
+    agent.version = version;
+    agent.commit = commit;
+    if (dirty) agent.dirty = dirty;
+    listener.reply(id, encodeWireReply({ exitCode: r.exitCode, stdout: r.stdout, agent: agent as NonNullable<WireReply['agent']> }));
+  };
+  const reject = (id: number, err: CniError, ageMs: number) => {
+    logger.warn({ verb: '?', result: 'error', code: err.code, error: err.message, durationMs: round(ageMs) }, 'cni request rejected');
+    reply(id, errorReply(err));
+  };
 
-  return {
-    address: socketPath,
-    async close() {
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      // A forwarder cut off mid-request reports the agent unreachable, which
-      // for ADD is "try again later": safe.
-      for (const s of open) s.destroy();
-      await closed;
-      // libuv unlinks the path on close; this covers the rest. (A second agent
-      // cannot have replaced it: start refuses a socket that still answers.)
-      try {
-        await unlink(socketPath);
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  const onEvent = (id: number, kind: CniEventKind, text: string, pid: number, uid: number, gid: number, ageMs: number) => {
+    switch (kind) {
+      case CniEventKind.request:
+        serveRequest(id, text, performance.now() - ageMs);
+        return;
+      case CniEventKind.refused: {
+        const why = text !== ''
+          ? `cannot tell who connected: ${text}`
+          : `peer pid ${pid} runs as uid ${uid}, and only root (uid ${ALLOWED_UID}) may use the CNI socket`;
+        logger.warn({ peerPid: text !== '' ? undefined : pid, peerUid: uid >= 0 ? uid : undefined, peerGid: gid >= 0 ? gid : undefined, reason: why }, 'refused a CNI connection from a process that is not root');
+        // no agent identity for a stranger
+        listener.reply(id, encodeWireReply({ exitCode: 1, stdout: JSON.stringify(new CniError(CNI_ERROR_CODES.INTERNAL, `permission denied: ${why}`).toResult(undefined)) }));
+        return;
       }
-    },
-  };
-}
-
-function serveConnection(sock: net.Socket, handlers: CniHandlers, logger: Logger, readTimeoutMs: number, identity?: () => Record<string, unknown>): void {
-  const started = performance.now();
-  const chunks: Buffer[] = [];
-  let size = 0;
-  let done = false;
-
-  const reply = (r: WireReply) => {
-    if (!sock.destroyed) {
-      const { version, commit, dirty } = meshcapVersion();
-      let more: Record<string, unknown> = {};
-      try {
-        more = identity?.() ?? {};
-      } catch { /* the reply matters more than the identity */ }
-      sock.end(encodeWireReply({ ...r, agent: { ...more, version, commit, ...(dirty ? { dirty } : {}) } }));
+      case CniEventKind.tooBig:
+        reject(id, new CniError(CNI_ERROR_CODES.INVALID_NETWORK_CONFIG, `forwarder request exceeds ${MAX_REQUEST_BYTES} bytes`), ageMs);
+        return;
+      case CniEventKind.timeout:
+        reject(id, new CniError(CNI_ERROR_CODES.IO_FAILURE, `forwarder request not complete within ${readTimeoutMs} ms`), ageMs);
+        return;
+      case CniEventKind.error:
+        logger.error({ socketPath, error: text }, 'cni socket cannot accept; retrying in 100 ms');
+        return;
+      default:
+        logger.error({ socketPath, kind }, 'cni listener sent an unknown event');
     }
   };
-  const reject = (err: CniError, verb = '?') => {
-    // Keep draining (the data handler drops chunks once done) so a client
-    // still sending is not stuck and reads this answer.
-    done = true;
-    logger.warn({ verb, result: 'error', code: err.code, error: err.message, durationMs: ms(started) }, 'cni request rejected');
-    reply(errorReply(err));
-  };
 
-  // Timers run before I/O in a loop turn: after the loop was held longer than
-  // the deadline (a long pass, GC, a starved CPU), a request that arrived in
-  // time still sits unread. setImmediate lets that turn's reads come first.
-  const timer = setTimeout(() => setImmediate(() => {
-    if (!done) reject(new CniError(CNI_ERROR_CODES.IO_FAILURE, `forwarder request not complete within ${readTimeoutMs} ms`));
-  }), readTimeoutMs);
-  timer.unref();
-
-  sock.on('data', (chunk: Buffer) => {
-    if (done) return;
-    size += chunk.length;
-    if (size > MAX_REQUEST_BYTES) {
-      clearTimeout(timer);
-      reject(new CniError(CNI_ERROR_CODES.INVALID_NETWORK_CONFIG, `forwarder request exceeds ${MAX_REQUEST_BYTES} bytes`));
-      return;
-    }
-    chunks.push(chunk);
-  });
-  sock.on('end', () => {
-    if (done) return;
-    done = true;
-    clearTimeout(timer);
+  const serveRequest = (id: number, text: string, started: number) => {
     let raw;
     try {
-      raw = decodeWireRequest(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+      raw = decodeWireRequest(text);
     } catch (err) {
-      reject(err as CniError);
+      reject(id, err as CniError, performance.now() - started);
       return;
     }
     void dispatch(raw, handlers).then((o) => {
@@ -215,10 +155,10 @@ function serveConnection(sock: net.Socket, handlers: CniHandlers, logger: Logger
         mode: o.mode,
         result: o.error ? 'error' : 'ok',
         code: o.error?.code,
-        durationMs: ms(started),
+        durationMs: round(performance.now() - started),
       };
       // The answer first: the runtime waits for it, nobody waits for the log line.
-      reply(o.reply);
+      reply(id, o.reply);
       if (o.unexpected !== undefined) {
         logger.error({ ...fields, err: o.unexpected }, 'cni request failed unexpectedly');
       } else if (o.error) {
@@ -227,9 +167,28 @@ function serveConnection(sock: net.Socket, handlers: CniHandlers, logger: Logger
         logger.info(fields, 'cni request');
       }
     });
-  });
+  };
+
+  // Binds 0600 (under umask 0177) and listens before it returns.
+  const listener = cniListen(socketPath, { maxRequestBytes: MAX_REQUEST_BYTES, readTimeoutMs, allowUid: ALLOWED_UID, backlog: 511 }, onEvent);
+  logger.info({ socketPath }, 'cni server listening');
+
+  return {
+    address: socketPath,
+    async close() {
+      // A forwarder cut off mid-request reports the agent unreachable, which
+      // for ADD is "try again later": safe.
+      listener.close();
+      // (A second agent cannot have replaced it: start refuses a socket that still answers.)
+      try {
+        await unlink(socketPath);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      }
+    },
+  };
 }
 
-function ms(since: number): number {
-  return Math.round((performance.now() - since) * 100) / 100;
+function round(ms: number): number {
+  return Math.round(ms * 100) / 100;
 }

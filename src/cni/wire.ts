@@ -26,10 +26,10 @@ export interface WireReply {
 const STRING_FIELDS = ['command', 'containerId', 'netns', 'ifname', 'args', 'path', 'stdin'] as const;
 
 /** Decodes one request. Throws CniError(6) for anything that is not a v1 request. */
-export function decodeWireRequest(buf: Buffer): RawRequest {
+export function decodeWireRequest(input: string | Buffer): RawRequest {
   let msg: unknown;
   try {
-    msg = JSON.parse(buf.toString('utf8'));
+    msg = JSON.parse(typeof input === 'string' ? input : input.toString('utf8'));
   } catch (err) {
     throw new CniError(CNI_ERROR_CODES.DECODE_FAILURE, `forwarder request is not valid JSON: ${(err as Error).message}`);
   }
@@ -61,6 +61,6 @@ export function decodeWireRequest(buf: Buffer): RawRequest {
   return out;
 }
 
-export function encodeWireReply(reply: WireReply): Buffer {
-  return Buffer.from(JSON.stringify(reply));
+export function encodeWireReply(reply: WireReply): string {
+  return JSON.stringify(reply);
 }

@@ -186,7 +186,7 @@ interface Binding {
   setTransparent(fd: number, level: 'ipv4' | 'ipv6'): void;
   takeFd(pid: number, fd: number): number;
   mallocTrim(): boolean;
-  peerCredentials(fd: number): PeerCredentials;
+  CniListener: new (path: string, opts: CniListenerOptions, onEvent: CniEventHandler) => CniListener;
   libbpfVersion(): string;
   takeLibbpfLog(): string;
   consts: Consts;
@@ -420,14 +420,46 @@ export function takeFd(pid: number, fd: number): number {
 export function mallocTrim(): boolean {
   return native.mallocTrim();
 }
-/** Who is at the other end of a connected unix socket (SO_PEERCRED: its pid, uid and gid at connect time). */
-export interface PeerCredentials {
-  pid: number;
-  uid: number;
-  gid: number;
+/** What the CNI listener's thread tells JavaScript about a connection (native/addon/src/cni_listener.cc). */
+export const CniEventKind = {
+  /** The whole request (text), the client half-closed. */
+  request: 0,
+  /** The peer is not allowUid (pid/uid/gid say who), or text says why its uid is unknown. */
+  refused: 1,
+  /** The request passed maxRequestBytes; the rest of its input is dropped. */
+  tooBig: 2,
+  /** The request was not complete within readTimeoutMs. */
+  timeout: 3,
+  /** The listening socket failed (text, e.g. accept4: EMFILE); id 0, nothing to answer. */
+  error: 4,
+} as const;
+export type CniEventKind = (typeof CniEventKind)[keyof typeof CniEventKind];
+export interface CniListenerOptions {
+  maxRequestBytes: number;
+  /** From accept to the request's end; also how long a client is given to close after its answer. */
+  readTimeoutMs: number;
+  /** The only uid that may connect (SO_PEERCRED); -1 for any. */
+  allowUid: number;
+  backlog: number;
 }
-export function peerCredentials(fd: number): PeerCredentials {
-  return native.peerCredentials(fd);
+/** ageMs: since the connection was accepted. uid/gid -1 when unknown. */
+export type CniEventHandler = (id: number, kind: CniEventKind, text: string, pid: number, uid: number, gid: number, ageMs: number) => void;
+/**
+ * The CNI socket served by a native thread: it binds (0600) and listens at
+ * construction, reads each request to the client's half-close, and calls
+ * onEvent once per connection (except kind error); every such event expects
+ * one reply(id, text).
+ */
+export interface CniListener {
+  /** Queues the answer; false when that connection is gone or the listener closed. */
+  reply(id: number, text: string): boolean;
+  /** Stops accepting and cuts open connections without an answer; the socket file stays. */
+  close(): void;
+  /** Connections open now. */
+  readonly open: number;
+}
+export function cniListen(path: string, opts: CniListenerOptions, onEvent: CniEventHandler): CniListener {
+  return new native.CniListener(path, opts, onEvent);
 }
 export function libbpfVersion(): string {
   return native.libbpfVersion();

@@ -17,10 +17,10 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitNetnsCookie(env, exports);
   InitOrigDst(env, exports);
   InitPidfd(env, exports);
-  InitPeerCred(env, exports);
   InitConsts(env, exports);
   InitProgTemplate(env, exports);
   InitMemory(env, exports);
+  InitCniListener(env, exports);
   return exports;
 }
 

@@ -86,9 +86,9 @@ void InitProbes(Napi::Env env, Napi::Object exports);
 void InitNetnsCookie(Napi::Env env, Napi::Object exports);
 void InitOrigDst(Napi::Env env, Napi::Object exports);
 void InitPidfd(Napi::Env env, Napi::Object exports);
-void InitPeerCred(Napi::Env env, Napi::Object exports);
 void InitConsts(Napi::Env env, Napi::Object exports);
 void InitProgTemplate(Napi::Env env, Napi::Object exports);
 void InitMemory(Napi::Env env, Napi::Object exports);
+void InitCniListener(Napi::Env env, Napi::Object exports);
 
 }  // namespace meshcap

@@ -10,6 +10,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { startCniServer, type CniServer } from '../../../src/cni/server.js';
 import type { CniHandlers } from '../../../src/cni/types.js';
 import { queryAgentVersion } from '../../../src/cni/agent-query.js';
+import { CniError } from '../../../src/cni/errors.js';
 import { meshcapVersion } from '../../../src/version.js';
 
 const logger = pino({ level: 'silent' });
@@ -167,4 +168,72 @@ describe('wire handling', () => {
     expect(JSON.parse(r.stdout)).toMatchObject({ code: 5 });
     expect(performance.now() - t0).toBeLessThan(2000);
   });
+
+  it('answers 200 clients at once, each with its own answer', async () => {
+    // Each ADD fails with the container id in its message: an answer that
+    // went to the wrong connection shows.
+    const sock = path.join(dir, 'cni.sock');
+    const s = await startCniServer({
+      socketPath: sock, logger,
+      handlers: { ...handlers, add: async (req) => { await new Promise((r) => setTimeout(r, Math.random() * 20)); throw new CniError(7, `for ${req.containerId}`); } },
+    });
+    servers.push(s);
+    const ids = Array.from({ length: 200 }, (_, i) => `c${i}`);
+    const replies = await Promise.all(ids.map((id) => exchange(sock, request({ containerId: id }))));
+    replies.forEach((r, i) => {
+      const out = JSON.parse(r) as { exitCode: number; stdout: string };
+      expect(out.exitCode).toBe(1);
+      expect(JSON.parse(out.stdout)).toMatchObject({ code: 7, msg: `for ${ids[i]}` });
+    });
+  });
+
+  it('keeps serving after clients that reset mid-request or vanish before their answer', async () => {
+    const sock = path.join(dir, 'cni.sock');
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let entered = 0;
+    const s = await startCniServer({
+      socketPath: sock, logger,
+      handlers: { ...handlers, add: async (req) => { if (req.containerId === 'gone') { entered++; await held; } } },
+    });
+    servers.push(s);
+    // half a request, then gone
+    await new Promise<void>((resolve) => {
+      const c = net.connect(sock, () => c.write('{"v":1,"comm', () => { c.destroy(); resolve(); }));
+    });
+    // a whole request, then gone before the handler answers
+    await new Promise<void>((resolve) => {
+      const c = net.connect({ path: sock, allowHalfOpen: true }, () => c.end(request({ containerId: 'gone' })));
+      const t = setInterval(() => { if (entered === 1) { clearInterval(t); c.destroy(); resolve(); } }, 5);
+    });
+    release();
+    await new Promise((r) => setTimeout(r, 20));
+    expect(JSON.parse(await exchange(sock, request()))).toMatchObject({ exitCode: 0 });
+  });
+
+  it('answers a client that is still sending past the cap, and closes when it does', async () => {
+    // The answer comes while the client still writes; the server reads and
+    // drops the rest so the client is not stuck, then both sides close.
+    const sock = path.join(dir, 'cni.sock');
+    await start(sock, { requestReadTimeoutMs: 2000 });
+    const big = Buffer.alloc(1 << 20, 0x20);
+    const answer = await new Promise<string>((resolve, reject) => {
+      const c = net.connect({ path: sock, allowHalfOpen: true });
+      const chunks: Buffer[] = [];
+      let n = 0;
+      const more = () => {
+        while (n < 12) {
+          n++;
+          if (!c.write(big)) return c.once('drain', more);
+        }
+        c.end();
+      };
+      c.on('connect', more);
+      c.on('data', (d: Buffer) => chunks.push(d));
+      c.on('close', () => resolve(Buffer.concat(chunks).toString()));
+      c.on('error', reject);
+    });
+    expect(JSON.parse((JSON.parse(answer) as { stdout: string }).stdout)).toMatchObject({ code: 7 });
+  });
 });
+
