@@ -168,7 +168,9 @@ export async function startAgent(o: AgentOptions): Promise<Agent> {
   };
   try {
     // malloc'd pages freed after every burst, the start's included (malloc-trim.ts)
-    trimmer = startMallocTrimmer();
+    trimmer = startMallocTrimmer({
+      onOverLimit: (rss, limit) => log.warn({ rssMiB: Math.round(rss / 104857.6) / 10, softLimitMiB: limit / 1048576 }, 'the agent\'s memory stays over its soft limit after a full GC (its live data is that large): full GCs back off to once a minute; raise MESHCAP_AGENT_SOFT_LIMIT_MIB if this node runs this many pods'),
+    });
     podsSynced.then(() => {
       if (!closing) collect();
     }, () => undefined);

@@ -2,12 +2,13 @@
 // gives back free pages between live chunks of the brk heap, which its own
 // trim (the top only) keeps; the trimmer runs it after a major GC, at most
 // once per interval, and not at all with MESHCAP_AGENT_MALLOC_TRIM=0;
-// collect() (for the agent's start) is a full GC and the trim 100 ms later.
+// collect() (for the agent's start) is a full GC and the trim 100 ms later;
+// over the soft limit it trims, then runs a full GC, backing off.
 import { readFileSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
-import { startMallocTrimmer } from '../../../src/agent/malloc-trim.js';
+import { softLimitBytes, startMallocTrimmer } from '../../../src/agent/malloc-trim.js';
 import { mallocTrim } from '../../../src/native/addon.js';
 
 setFlagsFromString('--expose-gc');
@@ -20,6 +21,9 @@ function brkRssKiB(): number {
   if (at < 0) return 0;
   return Number(/Rss:\s+(\d+) kB/.exec(s.slice(at))![1]);
 }
+
+/** This worker's own RSS must not start the soft limit's trims and GCs in the tests that count them. */
+const NO_LIMIT = { MESHCAP_AGENT_SOFT_LIMIT_MIB: '0' };
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Waits for `ok` (polled every 10 ms), failing after 5 s. */
@@ -54,7 +58,7 @@ describe('malloc trim', () => {
 
   it('trims after a major GC, at most once per interval; MESHCAP_AGENT_MALLOC_TRIM=0 turns it off', async () => {
     // an interval long beside the waits (a loaded machine delays timers and the GC observer)
-    const t = startMallocTrimmer({ minIntervalMs: 1500 });
+    const t = startMallocTrimmer({ minIntervalMs: 1500, env: NO_LIMIT });
     try {
       gc(); // a major GC
       await until(() => t.trims === 1);
@@ -68,7 +72,7 @@ describe('malloc trim', () => {
     } finally {
       t.close();
     }
-    const off = startMallocTrimmer({ env: { MESHCAP_AGENT_MALLOC_TRIM: '0' } });
+    const off = startMallocTrimmer({ env: { ...NO_LIMIT, MESHCAP_AGENT_MALLOC_TRIM: '0' } });
     gc();
     off.soon();
     expect(off.collect()).toBeUndefined();
@@ -79,7 +83,7 @@ describe('malloc trim', () => {
   });
 
   it('collect(): a full GC that frees what the start left, then the trim, once, whatever the interval', async () => {
-    const t = startMallocTrimmer({ minIntervalMs: 60_000 });
+    const t = startMallocTrimmer({ minIntervalMs: 60_000, env: NO_LIMIT });
     try {
       t.soon(); // the trim at ready
       await sleep(20);
@@ -110,9 +114,53 @@ describe('malloc trim', () => {
     } finally {
       t.close();
     }
-    const noGc = startMallocTrimmer({ env: { MESHCAP_AGENT_SETTLE_GC: '0' } });
+    const noGc = startMallocTrimmer({ env: { ...NO_LIMIT, MESHCAP_AGENT_SETTLE_GC: '0' } });
     expect(noGc.collect()).toBeUndefined();
     expect(noGc.collections).toBe(0);
     noGc.close();
   });
+
+  it('the soft limit: reads MESHCAP_AGENT_SOFT_LIMIT_MIB (90 MiB by default, 0 off), refuses anything else', () => {
+    expect(softLimitBytes({})).toBe(90 * 1048576);
+    expect(softLimitBytes({ MESHCAP_AGENT_SOFT_LIMIT_MIB: '' })).toBe(90 * 1048576);
+    expect(softLimitBytes({ MESHCAP_AGENT_SOFT_LIMIT_MIB: '0' })).toBe(0);
+    expect(softLimitBytes({ MESHCAP_AGENT_SOFT_LIMIT_MIB: '128' })).toBe(128 * 1048576);
+    for (const bad of ['-1', '1.5', '90MiB', ' 90', '1e3']) {
+      expect(() => softLimitBytes({ MESHCAP_AGENT_SOFT_LIMIT_MIB: bad })).toThrow(/MESHCAP_AGENT_SOFT_LIMIT_MIB must be a whole number of MiB/);
+    }
+    expect(() => startMallocTrimmer({ env: { MESHCAP_AGENT_SOFT_LIMIT_MIB: 'x' } })).toThrow(/soft limit off/);
+  });
+
+  it('the soft limit: over it, a trim and then a full GC, at most once a second, backing off while GCs cannot bring it under', async () => {
+    let rss = 0;
+    const overs: number[][] = [];
+    const t = startMallocTrimmer({ env: { MESHCAP_AGENT_SOFT_LIMIT_MIB: '1' }, rss: () => rss, onOverLimit: (r, l) => overs.push([r, l]) });
+    try {
+      await sleep(600);
+      expect(t.trims).toBe(0); // under the limit: nothing to do
+      expect(t.limitGcs).toBe(0);
+      rss = 2 * 1048576; // over, and no GC brings it under (a live set over the limit)
+      await until(() => t.limitGcs === 1);
+      const first = performance.now();
+      expect(t.trims).toBeGreaterThanOrEqual(1); // the trim came first
+      // still over after the GC: the next one waits 2 s, not 1
+      await sleep(1300);
+      if (performance.now() - first < 1900) expect(t.limitGcs).toBe(1);
+      expect(overs).toEqual([[2 * 1048576, 1048576]]); // said once, when the backoff began
+      const trimsMeanwhile = t.trims;
+      expect(trimsMeanwhile).toBeGreaterThanOrEqual(3); // trims go on every 250 ms
+      await until(() => t.limitGcs === 2);
+      expect(performance.now() - first).toBeGreaterThanOrEqual(1990);
+      rss = 0;
+      await sleep(100);
+      const trims = t.trims;
+      await sleep(600);
+      expect(t.trims).toBe(trims); // under again: the watch reads, nothing else
+      expect(t.limitGcs).toBe(2);
+      expect(overs).toHaveLength(1);
+    } finally {
+      t.close();
+    }
+  });
 });
+
