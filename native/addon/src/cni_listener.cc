@@ -158,12 +158,16 @@ class Loop {
     return epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev);
   }
 
+  // Nothing to wait for means out of epoll altogether: epoll reports
+  // EPOLLHUP whatever the mask, and a forwarder that dies while its request
+  // is with the handler would otherwise wake this thread in a loop.
   void Interest(Conn* c, uint32_t events) {
     if (c->events == events) return;
     epoll_event ev = {};
     ev.events = events;
     ev.data.u64 = c->id;
-    epoll_ctl(ep_, EPOLL_CTL_MOD, c->fd, &ev);
+    int op = events == 0 ? EPOLL_CTL_DEL : c->events == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+    epoll_ctl(ep_, op, c->fd, &ev);
     c->events = events;
   }
 

@@ -51,6 +51,15 @@ function exchange(socketPath: string, payload: Buffer | string, halfClose = true
   });
 }
 
+/** Waits for ok() (polled every 5 ms), failing after 5 s. */
+async function until(ok: () => boolean): Promise<void> {
+  const t0 = performance.now();
+  while (!ok()) {
+    if (performance.now() - t0 > 5000) throw new Error('not within 5 s');
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
 const request = (over: Record<string, unknown> = {}) =>
   JSON.stringify({
     v: 1, command: 'ADD', containerId: 'c1', netns: '/var/run/netns/x', ifname: 'eth0', args: '', path: '',
@@ -208,6 +217,30 @@ describe('wire handling', () => {
     });
     release();
     await new Promise((r) => setTimeout(r, 20));
+    expect(JSON.parse(await exchange(sock, request()))).toMatchObject({ exitCode: 0 });
+  });
+
+  it('does not spin while the handler holds the request of a forwarder that died', async () => {
+    // A runtime that times out kills its plugin; the agent's handler may run
+    // on for seconds. The dead peer must not keep the listener thread busy.
+    const sock = path.join(dir, 'cni.sock');
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let entered = false;
+    const s = await startCniServer({ socketPath: sock, logger, handlers: { ...handlers, add: async () => { entered = true; await held; } } });
+    servers.push(s);
+    const c = net.connect({ path: sock, allowHalfOpen: true }, () => c.end(request()));
+    await until(() => entered);
+    c.destroy();
+    await new Promise((r) => setTimeout(r, 100));
+    const cpu0 = process.cpuUsage();
+    const t0 = performance.now();
+    await new Promise((r) => setTimeout(r, 600));
+    const cpu = process.cpuUsage(cpu0);
+    const wall = performance.now() - t0;
+    release();
+    // a spinning thread would take a whole CPU for the 600 ms
+    expect((cpu.user + cpu.system) / 1000).toBeLessThan(wall * 0.3);
     expect(JSON.parse(await exchange(sock, request()))).toMatchObject({ exitCode: 0 });
   });
 
