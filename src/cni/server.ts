@@ -130,7 +130,7 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
         reject(id, new CniError(CNI_ERROR_CODES.IO_FAILURE, `forwarder request not complete within ${readTimeoutMs} ms`), ageMs);
         return;
       case CniEventKind.error:
-        logger.error({ socketPath, error: text }, 'cni socket cannot accept; retrying in 100 ms');
+        logger.error({ socketPath, error: text }, 'cni socket listener error');
         return;
       default:
         logger.error({ socketPath, kind }, 'cni listener sent an unknown event');

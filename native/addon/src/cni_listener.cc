@@ -49,11 +49,12 @@ enum Kind : int {
   kError = 4,    // the listening socket failed (accept): text says how; id 0
 };
 
-int64_t NowMs() {
+int64_t NowUs() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
 }
+int64_t NowMs() { return NowUs() / 1000; }
 
 struct Shared;
 
@@ -79,7 +80,7 @@ struct Conn {
   uint64_t id = 0;
   Phase phase = Phase::Reading;
   bool eof = false;            // the client half-closed
-  int64_t accepted = 0;
+  int64_t acceptedUs = 0;
   int64_t deadline = 0;        // ms (monotonic); 0 = none
   uint32_t events = 0;         // what epoll watches now
   std::string in;
@@ -125,7 +126,7 @@ class Loop {
     while (!sh_->stop.load()) {
       int n = epoll_wait(ep_, evs, 64, WaitMs());
       if (n < 0 && errno != EINTR) {
-        Emit(0, kError, std::string("epoll_wait: ") + ErrnoName(errno), nullptr);
+        Emit(0, kError, std::string("epoll_wait: ") + ErrnoName(errno) + "; the CNI socket is no longer served: restart the agent", nullptr);
         break;
       }
       for (int i = 0; i < n; i++) {
@@ -184,7 +185,7 @@ class Loop {
     auto* e = new Event{sh_, static_cast<double>(id), kind, std::move(text),
                         c ? static_cast<double>(c->pid) : 0, c ? static_cast<double>(c->uid) : -1,
                         c ? static_cast<double>(c->gid) : -1,
-                        c ? static_cast<double>(NowMs() - c->accepted) : 0};
+                        c ? static_cast<double>(NowUs() - c->acceptedUs) / 1000.0 : 0};
     if (tsfn_.NonBlockingCall(e, CallJs) != napi_ok) delete e;
   }
 
@@ -217,14 +218,14 @@ class Loop {
         epoll_event ev = {};
         epoll_ctl(ep_, EPOLL_CTL_DEL, listenFd_, &ev);
         listenPausedUntil_ = NowMs() + 100;
-        Emit(0, kError, std::string("accept4: ") + ErrnoName(err) + " (" + ErrnoText(err) + ")", nullptr);
+        Emit(0, kError, std::string("accept4: ") + ErrnoName(err) + " (" + ErrnoText(err) + "); accepting again in 100 ms", nullptr);
         return;
       }
       auto c = std::make_unique<Conn>();
       c->fd = fd;
       c->id = nextId_++;
-      c->accepted = NowMs();
-      c->deadline = c->accepted + timeoutMs_;
+      c->acceptedUs = NowUs();
+      c->deadline = c->acceptedUs / 1000 + timeoutMs_;
       Conn* p = c.get();
       conns_.emplace(p->id, std::move(c));
       sh_->open.store(static_cast<uint32_t>(conns_.size()));
