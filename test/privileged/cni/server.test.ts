@@ -11,6 +11,7 @@ import { startCniServer, type CniServer } from '../../../src/cni/server.js';
 import type { CniHandlers } from '../../../src/cni/types.js';
 import { queryAgentVersion } from '../../../src/cni/agent-query.js';
 import { CniError } from '../../../src/cni/errors.js';
+import { CniEventKind, cniListen } from '../../../src/native/addon.js';
 import { meshcapVersion } from '../../../src/version.js';
 
 const logger = pino({ level: 'silent' });
@@ -270,3 +271,27 @@ describe('wire handling', () => {
   });
 });
 
+describe('the addon\'s listener', () => {
+  it('closes each connection once answered and the client closed, and answers nothing after close()', async () => {
+    const sock = path.join(dir, 'raw.sock');
+    const events: [number, number, string][] = [];
+    const l = cniListen(sock, { maxRequestBytes: 64, readTimeoutMs: 2000, allowUid: 0, backlog: 8 }, (id, kind, text) => {
+      events.push([id, kind, text]);
+      l.reply(id, `answer to ${text.length}`);
+    });
+    try {
+      expect(statSync(sock).mode & 0o777).toBe(0o600);
+      expect(await exchange(sock, 'x'.repeat(10))).toBe('answer to 10');
+      expect(await exchange(sock, 'y'.repeat(100))).toBe('answer to 0'); // over 64: too big, no text
+      expect(events.map(([, k]) => k)).toEqual([CniEventKind.request, CniEventKind.tooBig]);
+      await until(() => l.open === 0);
+      expect(l.reply(events[0]![0], 'again')).toBe(true); // queued, and dropped: that connection is gone
+    } finally {
+      l.close();
+    }
+    expect(l.open).toBe(0);
+    expect(l.reply(1, 'late')).toBe(false);
+    expect(() => cniListen(sock, { maxRequestBytes: 64, readTimeoutMs: 2000, allowUid: 0, backlog: 8 }, () => undefined)).toThrow(/EADDRINUSE/);
+    expect(() => cniListen(sock, { maxRequestBytes: 0, readTimeoutMs: 2000, allowUid: 0, backlog: 8 }, () => undefined)).toThrow(/maxRequestBytes must be an integer/);
+  });
+});
