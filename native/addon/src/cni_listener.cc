@@ -98,8 +98,7 @@ constexpr uint64_t kFirstId = 16;
 struct Shared {
   std::mutex mu;
   std::deque<std::pair<uint64_t, std::string>> replies;
-  std::atomic<bool> stop{false};
-  std::atomic<bool> closed{false};
+  std::atomic<bool> closed{false};  // close() called: the thread stops, events and replies are dropped
   std::atomic<uint32_t> open{0};
   int wakeFd = -1;
 };
@@ -123,7 +122,7 @@ class Loop {
   void Run() {
     pthread_setname_np(pthread_self(), "meshcap-cni");
     epoll_event evs[64];
-    while (!sh_->stop.load()) {
+    while (!sh_->closed.load()) {
       int n = epoll_wait(ep_, evs, 64, WaitMs());
       if (n < 0 && errno != EINTR) {
         Emit(0, kError, std::string("epoll_wait: ") + ErrnoName(errno) + "; the CNI socket is no longer served: restart the agent", nullptr);
@@ -272,6 +271,10 @@ class Loop {
         continue;
       }
       if (n == 0) {
+        if (c->phase == Phase::Lingering) {  // answered, and now closed by the client too
+          Drop(c);
+          return false;
+        }
         c->eof = true;
         Interest(c, c->phase == Phase::Writing ? EPOLLOUT : 0);
         if (c->phase == Phase::Reading) {
@@ -280,9 +283,6 @@ class Loop {
           std::string req;
           req.swap(c->in);
           Emit(c->id, kRequest, std::move(req), c);
-        } else if (c->phase == Phase::Lingering) {
-          Drop(c);
-          return false;
         }
         return true;
       }
@@ -310,7 +310,6 @@ class Loop {
       if (it == conns_.end()) continue;  // the client went away first
       Conn* c = it->second.get();
       if (c->phase == Phase::Writing || c->phase == Phase::Lingering) continue;  // answered once
-      if (c->phase == Phase::Reading) c->phase = Phase::Dropping;  // answered before its end
       c->out = std::move(text);
       c->outOff = 0;
       c->deadline = 0;
@@ -500,7 +499,6 @@ class CniListenerWrap : public Napi::ObjectWrap<CniListenerWrap> {
 
   void Teardown() {
     if (!sh_ || sh_->closed.exchange(true)) return;
-    sh_->stop.store(true);
     if (thread_.joinable()) {
       uint64_t one = 1;
       (void)!write(sh_->wakeFd, &one, sizeof one);
