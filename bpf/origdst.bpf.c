@@ -130,7 +130,7 @@ MC_INLINE __u32 mc_flowinfo(struct bpf_sock *sk)
 /*
  * A slotted connection (outbound.bpf.c, mc_loopback_for4): the proxy's
  * socket's own local address, 127.S at the outbound port, names the
- * original destination in the pod's mc_dstslot. Only connected TCP sockets
+ * original destination in the pod's mc_dstslot (100::S: mc_dstslot6). Only connected TCP sockets
  * (a listener bound to 127.S has no conntrack entry under iptables either).
  */
 MC_INLINE bool mc_slotted(struct bpf_sock *sk, __u64 netns, struct mc_orig *out)
@@ -153,8 +153,22 @@ MC_INLINE bool mc_slotted(struct bpf_sock *sk, __u64 netns, struct mc_orig *out)
 		barrier_var(w0);
 		barrier_var(w1);
 		barrier_var(w2);
-		if (w0 != 0 || w1 != 0 || w2 != bpf_htonl(0x0000ffff))
-			return false;
+		if (w0 != 0 || w1 != 0 || w2 != bpf_htonl(0x0000ffff)) {
+			/* an IPv6 slot, 100::S (outbound.bpf.c, mc_slotted_addr6) */
+			struct mc_slot6 *v6;
+			__u32 w3 = sk->src_ip6[3];
+
+			barrier_var(w3);
+			v6 = mc_slot6_lookup(netns, w0, w1, w2, w3, (__u16)sk->src_port);
+			if (!v6)
+				return false;
+			__builtin_memcpy(out->addr, v6->addr, 16);
+			out->port = v6->port;
+			out->family = 6;
+			out->kind = MC_ORIG_OUTBOUND;
+			out->netns = netns;
+			return true;
+		}
 		a = sk->src_ip6[3];
 		barrier_var(a);
 	}

@@ -111,10 +111,10 @@ MC_INLINE void mc_keep_orig(struct bpf_sock *sk, const struct mc_orig *orig)
 
 /*
  * Decide, remember the original destination, and return the new port (0:
- * untouched). *slotted: a TCP connection of an IPv4 destination to the
- * outbound port, whose original destination the caller names by a slot
- * (mc_loopback_for4) and keeps in the socket's storage (mc_keep_orig) only
- * where no slot can be had; orig is filled for it.
+ * untouched). *slotted: a TCP connection to the outbound port, whose
+ * original destination the caller names by a slot (IPv4: mc_loopback_for4;
+ * IPv6: mc_slotted_addr6, past the pod's threshold) and keeps in the
+ * socket's storage (mc_keep_orig) where it has none; orig is filled for it.
  */
 MC_INLINE __u16 mc_connect(struct bpf_sock_addr *ctx, struct bpf_sock *sk, __u64 netns, const __u8 dst[16],
 			   const __u8 src[16], __u16 dport, bool tcp, struct mc_pod **podp,
@@ -168,7 +168,7 @@ MC_INLINE __u16 mc_connect(struct bpf_sock_addr *ctx, struct bpf_sock *sk, __u64
 	 * mc_sockorig LRU keyed by socket cookie: one allocation the socket needs
 	 * anyway instead of an LRU update, lookup and delete per connection.
 	 * UDP DNS: recvmsg restores the resolver as the reply source. */
-	if (tcp && orig.kind == MC_ORIG_OUTBOUND && orig.family == 4 && to == pod->outbound_port) {
+	if (tcp && orig.kind == MC_ORIG_OUTBOUND && to == pod->outbound_port) {
 		*origp = orig;
 		*slotted = true;
 	} else if (tcp) {
@@ -309,16 +309,17 @@ MC_INLINE __u32 mc_slot_claim4(__u64 netns, __u32 ip_be, __u16 dport, __u16 to, 
 }
 
 /*
- * Does a listener take any 127.x address on the outbound port? sockops puts
- * the pod's listener on the outbound port into mc_listen (key port =
- * outbound port, family 4) only when it listens on 0.0.0.0, and the sockhash
+ * Does a listener take any 127.x address on the outbound port (family 4), or
+ * any 100::/64 address (family 6)? sockops puts the pod's listener on the
+ * outbound port into mc_listen (key port = outbound port, family 4 or 6)
+ * only when it listens on 0.0.0.0 or [::], and the sockhash
  * drops it when it stops listening (close, shutdown); the socket's own
  * fields are checked again here. No entry is not an answer (the proxy may listen
- * on [::] dual-stack, whose v6only sockops cannot read, or it listened before
+ * on [::] dual-stack for IPv4, whose v6only sockops cannot read, or it listened before
  * the programs were attached and the agent has not put it back yet): then
  * the kernel's own socket lookup decides, as it always did.
  */
-MC_INLINE bool mc_wildcard_listener4(__u64 netns, const struct mc_pod *pod)
+MC_INLINE bool mc_wildcard_listener(__u64 netns, const struct mc_pod *pod, __u8 family)
 {
 	struct mc_listen_key k = {};
 	struct bpf_sock *sk;
@@ -327,9 +328,10 @@ MC_INLINE bool mc_wildcard_listener4(__u64 netns, const struct mc_pod *pod)
 		return false;
 	k.netns = netns;
 	k.port = pod->outbound_port;
-	k.family = 4;
+	k.family = family;
 #pragma unroll
 	for (int i = 0; i < MC_LISTEN_SLOTS; i++) {
+		__u32 w0, w1, w2, w3;
 		bool any;
 
 		k.slot = i;
@@ -337,10 +339,22 @@ MC_INLINE bool mc_wildcard_listener4(__u64 netns, const struct mc_pod *pod)
 		if (!sk)
 			continue;
 		/* Still what sockops registered, read from the socket itself now:
-		 * listening on 0.0.0.0 at the port and not bound to a device
-		 * (SO_BINDTODEVICE, which a listener may set after listen(): such
-		 * a listener does not take connections over lo). */
-		any = sk->state == BPF_TCP_LISTEN && sk->src_ip4 == 0 && sk->bound_dev_if == 0 &&
+		 * listening on the wildcard address at the port and not bound to a
+		 * device (SO_BINDTODEVICE, which a listener may set after listen():
+		 * such a listener does not take connections over lo). Each word
+		 * loaded on its own (see mc_slotted in origdst.bpf.c). */
+		if (family == 4) {
+			w0 = sk->src_ip4;
+			barrier_var(w0);
+			w1 = w2 = w3 = 0;
+		} else {
+			w0 = sk->src_ip6[0];
+			w1 = sk->src_ip6[1];
+			w2 = sk->src_ip6[2];
+			w3 = sk->src_ip6[3];
+			barrier_var(w3);
+		}
+		any = sk->state == BPF_TCP_LISTEN && (w0 | w1 | w2 | w3) == 0 && sk->bound_dev_if == 0 &&
 		      sk->src_port == pod->outbound_port;
 		bpf_sk_release(sk);
 		if (any)
@@ -357,7 +371,7 @@ MC_INLINE __u32 mc_loopback_for4(void *ctx, __u64 netns, const struct mc_pod *po
 	int probes = MC_SLOT_PROBES;
 
 	__builtin_memcpy(&ip, dst + 12, 4);
-	if (!mc_wildcard_listener4(netns, pod)) {
+	if (!mc_wildcard_listener(netns, pod, 4)) {
 		/* Not registered: the kernel's socket lookup says whether a
 		 * listener takes the first candidate (then only that one is tried). */
 		struct bpf_sock_tuple t = {};
@@ -396,6 +410,98 @@ MC_INLINE __u32 mc_slotted_addr4(void *ctx, struct bpf_sock *sk, __u64 netns, co
 	else
 		bpf_sk_storage_delete(&mc_apporig, sk);
 	return a;
+}
+
+/*
+ * IPv6 destination slots (meshcap.h): [::1] first, which keeps the reuse of
+ * the app's TIME_WAIT ports; a slot address in 100::/64 once the pod has
+ * mc_v6spill.at redirected IPv6 connections open there, so ::1's one port
+ * range is never where a pod runs out before it would under iptables. The
+ * hash is mc_slot_hash4's over the four words (src/explain/kernel-verdict.ts
+ * computes the same, slotHash6); a slot is never 0.
+ */
+MC_INLINE __u32 mc_slot_hash6(const __u32 w[4], __u16 dport, __u32 probe)
+{
+	__u32 x = bpf_ntohl(w[0]) ^ (bpf_ntohl(w[1]) * 0x85ebca77) ^ (bpf_ntohl(w[2]) * 0xc2b2ae35) ^ bpf_ntohl(w[3]) ^
+		  ((__u32)dport << 16 | dport);
+
+	x += probe * 0x632be5ab;
+	x *= 0x9e3779b1;
+	x ^= x >> 15;
+	x *= 0x85ebca77;
+	x ^= x >> 13;
+	return x ? x : 1;
+}
+
+/* mc_slot_claim4 for IPv6: the pod's slot for (destination, port) sent to
+ * `to`, claimed now if free; 0 when every probe is another destination's or
+ * the map is full. */
+MC_INLINE __u32 mc_slot_claim6(__u64 netns, const __u32 w[4], __u16 dport, __u16 to)
+{
+	struct mc_slot_key k = {};
+	struct mc_slot6 want = {}, *v;
+
+	k.netns = netns;
+	__builtin_memcpy(want.addr, w, 16);
+	want.port = dport;
+	want.to = to;
+	for (int i = 0; i < MC_SLOT_PROBES; i++) {
+		long err;
+
+		k.slot = mc_slot_hash6(w, dport, i);
+		v = bpf_map_lookup_elem(&mc_dstslot6, &k);
+		if (!v) {
+			err = bpf_map_update_elem(&mc_dstslot6, &k, &want, BPF_NOEXIST);
+			if (err == 0)
+				return k.slot;
+			if (err != -MC_EEXIST)
+				return 0; /* full */
+			v = bpf_map_lookup_elem(&mc_dstslot6, &k);
+			if (!v)
+				continue;
+		}
+		const __u32 *a = (const __u32 *)v->addr;
+
+		if (a[0] == w[0] && a[1] == w[1] && a[2] == w[2] && a[3] == w[3] && v->port == dport && v->to == to)
+			return k.slot;
+	}
+	return 0;
+}
+
+/* Not registered (a listener from before the maps were recreated): the
+ * kernel's socket lookup says whether a listener takes a 100::/64 address. */
+MC_INLINE bool mc_lookup_listener6(void *ctx, const struct mc_pod *pod, __u16 to)
+{
+	struct bpf_sock_tuple t = {};
+	struct bpf_sock *sk;
+
+	if (pod->n_addr6)
+		__builtin_memcpy(t.ipv6.saddr, pod->addr6[0], 16);
+	t.ipv6.daddr[0] = bpf_htonl(MC_SLOT6_W0);
+	t.ipv6.daddr[3] = bpf_htonl(1);
+	t.ipv6.dport = bpf_htons(to);
+	sk = bpf_sk_lookup_tcp(ctx, &t, sizeof(t.ipv6), BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return false;
+	bpf_sk_release(sk);
+	return true;
+}
+
+MC_INLINE __u32 mc_slotted_addr6(void *ctx, struct bpf_sock *sk, __u64 netns, const struct mc_pod *pod, const __u8 dst[16],
+				 __u16 dport, __u16 to, const struct mc_orig *orig)
+{
+	struct mc_v6spill *sp = bpf_map_lookup_elem(&mc_v6spill, &netns);
+	__u32 slot;
+
+	if (sp && sp->open >= sp->at && (mc_wildcard_listener(netns, pod, 6) || mc_lookup_listener6(ctx, pod, to))) {
+		slot = mc_slot_claim6(netns, (const __u32 *)dst, dport, to);
+		if (slot) {
+			bpf_sk_storage_delete(&mc_apporig, sk);
+			return bpf_htonl(slot);
+		}
+	}
+	mc_keep_orig(sk, orig);
+	return 0;
 }
 
 MC_INLINE bool mc_proto_ok(struct bpf_sock_addr *ctx, bool *tcp)
@@ -459,21 +565,29 @@ int mc_connect6(struct bpf_sock_addr *ctx)
 	if (to && pod) {
 		if (mc_is_unspecified(src))
 			mc_bind_pod6(ctx, pod, mc_is_v4mapped(dst));
-		/* REDIRECT semantics: locally generated traffic goes to 127.0.0.1 / ::1;
-		 * a v4-mapped destination stays v4-mapped. The words are decided
+		/* REDIRECT semantics: locally generated traffic goes to 127.0.0.1 / ::1
+		 * (or a slot of either); a v4-mapped destination stays v4-mapped. The words are decided
 		 * first and stored once, each at its own offset (barrier_var): with
 		 * a store per branch, clang 19 kept a pointer into the ctx (ctx + 8)
 		 * across the slot's calls, which the verifier refuses ("dereference
 		 * of modified ctx ptr"); clang 14 did not. */
-		__u32 w2 = 0, w3 = bpf_htonl(1);
+		__u32 w0 = 0, w2 = 0, w3 = bpf_htonl(1);
 
 		if (mc_is_v4mapped(dst)) {
 			w2 = bpf_htonl(0x0000ffff);
 			w3 = slotted ? mc_slotted_addr4(ctx, sk, netns, pod, dst, orig.port, to, &orig) : bpf_htonl(0x7f000001);
+		} else if (slotted) {
+			__u32 slot = mc_slotted_addr6(ctx, sk, netns, pod, dst, orig.port, to, &orig);
+
+			if (slot) {
+				w0 = bpf_htonl(MC_SLOT6_W0);
+				w3 = slot;
+			}
 		}
+		barrier_var(w0);
 		barrier_var(w2);
 		barrier_var(w3);
-		ctx->user_ip6[0] = 0;
+		ctx->user_ip6[0] = w0;
 		ctx->user_ip6[1] = 0;
 		ctx->user_ip6[2] = w2;
 		ctx->user_ip6[3] = w3;

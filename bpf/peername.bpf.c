@@ -73,8 +73,23 @@ int mc_getpeername6(struct bpf_sock_addr *ctx)
 		w[1] = ctx->user_ip6[1];
 		w[2] = ctx->user_ip6[2];
 		w[3] = ctx->user_ip6[3];
-		if (w[0] != 0 || w[1] != 0 || w[2] != bpf_htonl(0x0000ffff))
+		if (w[0] != 0 || w[1] != 0 || w[2] != bpf_htonl(0x0000ffff)) {
+			/* an IPv6 destination's slot: 100::S */
+			struct mc_slot6 *v6;
+
+			if (ctx->type != SOCK_STREAM)
+				return 1;
+			v6 = mc_slot6_lookup(bpf_get_netns_cookie(ctx), w[0], w[1], w[2], w[3], bpf_ntohs(ctx->user_port));
+			if (!v6)
+				return 1;
+			__builtin_memcpy(w, v6->addr, 16);
+			ctx->user_ip6[0] = w[0];
+			ctx->user_ip6[1] = w[1];
+			ctx->user_ip6[2] = w[2];
+			ctx->user_ip6[3] = w[3];
+			ctx->user_port = bpf_htons(v6->port);
 			return 1;
+		}
 		v = mc_slot_of_peer(ctx, w[3]);
 		if (!v)
 			return 1;

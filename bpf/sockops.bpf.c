@@ -11,6 +11,8 @@
  *  - TCP_LISTEN_CB: the proxy's inbound listener of a meshed pod, and a
  *    wildcard listener on its outbound port, go into a free slot of
  *    mc_listen (every socket of a SO_REUSEPORT group has its own slot).
+ *  - STATE_CB, on the redirected IPv6 connections to [::1] a pod counts
+ *    (mc_v6spill): the count goes down when one leaves for TCP_CLOSE.
  * (The sk_msg app<->proxy splice that used to live here was removed, issue 20:
  * docs/datapath.md "Why there is no splice".)
  */
@@ -106,6 +108,42 @@ MC_INLINE bool mc_local_loopback(struct bpf_sock_ops *s)
 	return w2 == bpf_htonl(0x0000ffff) ? mc_loopback4(w3) : w2 == 0 && w3 == bpf_htonl(1);
 }
 
+/*
+ * A redirected IPv6 connection sent to [::1] at the outbound port, in a pod
+ * that may spill to IPv6 slots (mc_v6spill): counted while it holds a port
+ * of ::1's one range, until it leaves for TCP_CLOSE (mc_v6_closed). A lost
+ * count only errs one way: a missed decrement spills earlier (a slot is as
+ * exact, with no TIME_WAIT reuse), an entry written again counts low for as
+ * long as its earlier sockets live.
+ */
+MC_INLINE void mc_v6_opened(struct bpf_sock_ops *s, __u64 netns, __u16 rport)
+{
+	struct mc_v6spill *sp = bpf_map_lookup_elem(&mc_v6spill, &netns);
+	struct mc_pod *pod;
+
+	if (!sp)
+		return;
+	pod = mc_pod_of(netns);
+	if (!pod || rport != pod->outbound_port)
+		return;
+	if (bpf_sock_ops_cb_flags_set(s, s->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG) != 0)
+		return;
+	__sync_fetch_and_add(&sp->open, 1);
+}
+
+MC_INLINE void mc_v6_closed(struct bpf_sock_ops *s)
+{
+	struct mc_v6spill *sp;
+	__u64 netns;
+
+	if (s->args[1] != BPF_TCP_CLOSE || s->args[0] == BPF_TCP_CLOSE)
+		return;
+	netns = bpf_get_netns_cookie(s);
+	sp = bpf_map_lookup_elem(&mc_v6spill, &netns);
+	if (sp)
+		__sync_fetch_and_add(&sp->open, -1);
+}
+
 MC_INLINE void mc_on_connect(struct bpf_sock_ops *s)
 {
 	struct bpf_sock *sk = s->sk;
@@ -121,6 +159,8 @@ MC_INLINE void mc_on_connect(struct bpf_sock_ops *s)
 	if (o) {
 		mc_tuple_of(s, o->netns, &t);
 		bpf_map_update_elem(&mc_origdst, &t, o, BPF_ANY);
+		if (o->family == 6 && o->kind == MC_ORIG_OUTBOUND && s->family == AF_INET6)
+			mc_v6_opened(s, o->netns, t.rport);
 		return;
 	}
 	/* A connect4/6 of the version before (in mc_sockorig by socket cookie):
@@ -178,7 +218,8 @@ MC_INLINE void mc_on_passive(struct bpf_sock_ops *s)
  *  - a listener on 0.0.0.0 at the outbound port (key port = outbound port,
  *    family 4): connect4/6 then know a wildcard listener takes every 127.x
  *    address and spread redirected connections over 127.0.0.0/8 without
- *    asking the kernel's socket lookup per connect (outbound.bpf.c).
+ *    asking the kernel's socket lookup per connect (outbound.bpf.c); one on
+ *    [::] (family 6) takes IPv6 slots, 100::/64.
  */
 MC_INLINE void mc_on_listen(struct bpf_sock_ops *s)
 {
@@ -197,6 +238,14 @@ MC_INLINE void mc_on_listen(struct bpf_sock_ops *s)
 		__u32 l4 = s->local_ip4;
 
 		if (l4 != 0)
+			return;
+		k.port = pod->outbound_port;
+	} else if (port == pod->outbound_port) {
+		/* [::]: IPv6 slots (outbound.bpf.c, mc_wildcard_listener) */
+		__u32 w0 = s->local_ip6[0], w1 = s->local_ip6[1], w2 = s->local_ip6[2], w3 = s->local_ip6[3];
+
+		barrier_var(w3);
+		if ((w0 | w1 | w2 | w3) != 0)
 			return;
 		k.port = pod->outbound_port;
 	} else {
@@ -224,6 +273,10 @@ int mc_sockops(struct bpf_sock_ops *s)
 		break;
 	case BPF_SOCK_OPS_TCP_LISTEN_CB:
 		mc_on_listen(s);
+		break;
+	case BPF_SOCK_OPS_STATE_CB:
+		/* set only on the IPv6 connections mc_v6_opened counts */
+		mc_v6_closed(s);
 		break;
 	}
 	return 1;

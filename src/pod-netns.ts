@@ -43,11 +43,41 @@ export async function netnsProblem(netnsPath: string, cookie: bigint | null): Pr
 /**
  * The proxy's inbound passthrough binds ::6 for IPv6 (127.0.0.6 for IPv4 is on
  * lo already); Istio adds ::6/128 to the pod's lo (tproxy.ConfigureRoutes), and
- * so does meshcap, in both modes.
+ * so does meshcap, in both modes. With slotRoute (eBPF mode, IPv6 captured),
+ * also the route of IPv6 destination slots, 100::/64 to lo (bpf/include/meshcap.h):
+ * one exec for both.
  */
-export async function addPassthroughV6(netnsPath: string): Promise<void> {
+export async function addPassthroughV6(netnsPath: string, opts: { slotRoute?: boolean } = {}): Promise<void> {
   // execa loaded here: `meshcap status` and the agent's start need none of it (~100 ms)
   const { execa } = await import('execa');
-  const r = await execa('nsenter', [`--net=${netnsPath}`, 'ip', '-6', 'addr', 'replace', '::6/128', 'dev', 'lo'], { reject: false });
-  if (r.exitCode !== 0) throw new Error(`cannot add ::6/128 to lo in ${netnsPath} (IPv6 inbound passthrough): ${r.stderr.trim()}`);
+  // a route needs its device up: the runtime's loopback setup brings lo up
+  // anyway, but its order against the CNI chain is the runtime's
+  const slot = opts.slotRoute ? ['link set dev lo up', `route replace local ${V6_SLOT_PREFIX} dev lo`] : [];
+  const batch = ['addr replace ::6/128 dev lo', ...slot].join('\n') + '\n';
+  const r = await execa('nsenter', [`--net=${netnsPath}`, 'ip', '-6', '-batch', '-'], { input: batch, reject: false });
+  if (r.exitCode !== 0) {
+    const what = opts.slotRoute ? `::6/128 to lo (IPv6 inbound passthrough) or the route of IPv6 destination slots (local ${V6_SLOT_PREFIX} dev lo)` : '::6/128 to lo (IPv6 inbound passthrough)';
+    throw new Error(`cannot add ${what} in ${netnsPath}: ${r.stderr.trim()}`);
+  }
+}
+
+/** Where IPv6 destination slots live in a pod: RFC 6666's discard-only prefix, routed to lo (bpf/include/meshcap.h). */
+export const V6_SLOT_PREFIX = '100::/64';
+
+/** The pod's ephemeral port range, [low, high], as its netns has it (net.ipv4.ip_local_port_range, IPv6's too). */
+export async function ephemeralPorts(netnsPath: string): Promise<[number, number]> {
+  const text = await bpf.netnsReadSysctl(netnsPath, '/proc/sys/net/ipv4/ip_local_port_range');
+  const m = /^\s*(\d+)\s+(\d+)\s*$/.exec(text);
+  if (!m) throw new Error(`${netnsPath}: net.ipv4.ip_local_port_range reads ${JSON.stringify(text)}, not two ports`);
+  return [Number(m[1]), Number(m[2])];
+}
+
+/**
+ * From how many redirected IPv6 connections open on [::1] a pod's next ones
+ * take slots: half its ephemeral range, so ::1's one range never runs out
+ * first (the other half covers TIME_WAIT ports not yet reusable, which need
+ * a second), and never below 1.
+ */
+export function v6SpillAt([low, high]: [number, number]): number {
+  return Math.max(1, Math.floor((high - low + 1) / 2));
 }

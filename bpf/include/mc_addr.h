@@ -112,6 +112,15 @@ MC_INLINE bool mc_own6(__u32 w0, __u32 w1, __u32 w2, __u32 w3)
 	return w2 == 0 && (w3 == bpf_htonl(1) || w3 == 0);
 }
 
+/* An IPv6 destination slot's address, 100::/64 (meshcap.h, "IPv6
+ * destination slots"): only the pod's own redirected connections are sent
+ * there. */
+#define MC_SLOT6_W0 0x01000000 /* the first word, host order: 0100:0000 */
+MC_INLINE bool mc_slot6_words(__u32 w0, __u32 w1, __u32 w2)
+{
+	return w0 == bpf_htonl(MC_SLOT6_W0) && w1 == 0 && w2 == 0;
+}
+
 MC_INLINE bool mc_lookup_own(struct bpf_sk_lookup *ctx)
 {
 	if (ctx->family == AF_INET) {
@@ -127,7 +136,7 @@ MC_INLINE bool mc_lookup_own(struct bpf_sk_lookup *ctx)
 	barrier_var(l3);
 	barrier_var(r3);
 	return mc_own6(l0, l1, l2, l3) || mc_own6(r0, r1, r2, r3) ||
-	       ((r0 | r1 | r2) == 0 && r3 == bpf_htonl(6));
+	       ((r0 | r1 | r2) == 0 && r3 == bpf_htonl(6)) || mc_slot6_words(l0, l1, l2);
 }
 
 #endif /* MC_ADDR_H */

@@ -132,6 +132,23 @@ MC_INLINE struct mc_slot *mc_slot_lookup(__u64 netns, __u32 a, __u16 to)
 	return v;
 }
 
+/* The IPv6 slot a connection's 100::S address names, if it is the pod's
+ * slot for outbound port `to` (meshcap.h, "IPv6 destination slots"). */
+MC_INLINE struct mc_slot6 *mc_slot6_lookup(__u64 netns, __u32 w0, __u32 w1, __u32 w2, __u32 w3, __u16 to)
+{
+	struct mc_slot_key k = {};
+	struct mc_slot6 *v;
+
+	if (!mc_slot6_words(w0, w1, w2) || w3 == 0)
+		return NULL;
+	k.netns = netns;
+	k.slot = bpf_ntohl(w3);
+	v = bpf_map_lookup_elem(&mc_dstslot6, &k);
+	if (!v || v->to != to)
+		return NULL;
+	return v;
+}
+
 #define MC_STAT_INC(netns, field)                                        \
 	do {                                                             \
 		__u64 __n = (netns);                                     \

@@ -33,6 +33,11 @@
  * used (no prealloc). Full: connects fall back to 127.0.0.1 and the sockets'
  * own storage, as before slots. */
 #define MC_MAX_DSTSLOTS 65536
+/* mc_dstslot6: (pod, 100::S) -> the IPv6 destination it stands for, made only
+ * past a pod's mc_v6spill.at connections open on [::1] (rare: 14,116 at the
+ * default range); full, connections stay on [::1] as before IPv6 slots. Its
+ * bucket array (16 B an entry) is kernel memory at any fill, kept small. */
+#define MC_MAX_DSTSLOTS6 4096
 /* Tries per destination for a free 127.x address of the pod (hash probes). */
 #define MC_SLOT_PROBES 4
 
@@ -53,6 +58,20 @@
 #define MC_F_NO_OUT_XPORTS (1u << 9)  /* no excludeOutboundPorts (mc_ports, mc_portranges) */
 #define MC_F_NO_OUT_IPORTS (1u << 10) /* no includeOutboundPorts */
 #define MC_F_NO_OUT_XCIDRS (1u << 11) /* no excludeOutboundIPRanges (mc_cidrs, v4 and v6) */
+
+/*
+ * IPv6 destination slots. IPv6 has one loopback address, and ::1 keeps
+ * tcp_tw_reuse=2 for the app's TIME_WAIT ports, so redirected IPv6
+ * connections go to [::1]:15001 first. Their ports then share one range,
+ * where under iptables each destination has its own; so once a pod has
+ * mc_v6spill.at redirected IPv6 connections open on ::1, the next ones go
+ * to a slot address of their destination in 100::/64,
+ * routed to lo in the pod (local 100::/64 dev lo): a range per destination,
+ * as iptables gives, past the ones ::1 holds. 100::/64 is RFC 6666's
+ * discard-only prefix: should the route be missing, a connection sent there
+ * is dropped on the way, never delivered anywhere. The slot is the address's
+ * last 32 bits (MC_SLOT6_W0 in mc_addr.h).
+ */
 
 struct mc_pod {
 	__u16 outbound_port; /* 15001 */
@@ -157,6 +176,24 @@ struct mc_slot {
 	__u8 addr[4]; /* the original destination, network order */
 	__u16 port;   /* its port, host order */
 	__u16 to;     /* the outbound port the connection was sent to */
+};
+
+/* A pod whose redirected IPv6 connections may take IPv6 slots: the agent
+ * writes the entry (open 0) once the pod's lo routes 100::/64. */
+struct mc_v6spill {
+	__s64 open; /* its redirected IPv6 connections open on [::1] at the outbound
+		     * port (sockops: + at TCP_CONNECT_CB, - when the socket leaves
+		     * for TCP_CLOSE, TIME_WAIT included: ::1 lets the app reuse
+		     * those ports) */
+	__s64 at;   /* from this many on, slots (the agent: half the pod's
+		     * ephemeral port range) */
+};
+
+struct mc_slot6 {
+	__u8 addr[16]; /* the original destination */
+	__u16 port;    /* its port, host order */
+	__u16 to;      /* the outbound port the connection was sent to */
+	__u32 pad;
 };
 
 /* Per-pod counters, created by the agent when the pod is registered. */
@@ -277,6 +314,24 @@ struct {
 	__type(key, struct mc_slot_key);
 	__type(value, struct mc_slot);
 } mc_dstslot SEC(".maps");
+
+/* (pod, slot) -> original IPv6 destination (100::slot); see MC_SLOT6_W0. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, MC_MAX_DSTSLOTS6);
+	__type(key, struct mc_slot_key);
+	__type(value, struct mc_slot6);
+} mc_dstslot6 SEC(".maps");
+
+/* pod -> struct mc_v6spill; the agent writes and removes it with the pod. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, MC_MAX_PODS);
+	__type(key, __u64);
+	__type(value, struct mc_v6spill);
+} mc_v6spill SEC(".maps");
 
 #endif /* __BPF__ */
 #endif /* MESHCAP_H */

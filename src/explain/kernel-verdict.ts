@@ -11,9 +11,10 @@ import * as bpf from '../native/addon.js';
 import { pinLayout } from '../loader/manifest.js';
 import {
   CidrKind, MAP, MC_CIDR_KEY_BITS, MC_LISTEN_SLOTS, MC_PORT_RANGES, PodFlag, PortKind,
-  mcCidrKey, mcListenKey, mcPod, mcPortKey, mcPortRange, mcPortRangeKey, mcSlot, mcSlotKey, u64Key, type McPod, type McSlot,
+  mcCidrKey, mcListenKey, mcPod, mcPortKey, mcPortRange, mcPortRangeKey, mcSlot, mcSlot6, mcSlotKey, mcV6Spill, u64Key,
+  type McPod, type McSlot, type McSlot6, type McV6Spill,
 } from '../maps/layout.js';
-import { parseAddr } from '../redirect/cidr.js';
+import { formatIPv6, parseAddr } from '../redirect/cidr.js';
 import type { Flow } from './explain.js';
 
 export interface KernelVerdict {
@@ -34,6 +35,10 @@ export interface PodMapReader {
   hasListener(netns: bigint, port: number, family: 4 | 6): boolean;
   /** The pod's destination slot (low 24 bits of 127.x.y.z), null when free. */
   slot(netns: bigint, slot: number): McSlot | null;
+  /** The pod's IPv6 destination slot (last 32 bits of 100::S), null when free or none. */
+  slot6?(netns: bigint, slot: number): McSlot6 | null;
+  /** The pod's mc_v6spill entry: null when its IPv6 connections all go to [::1]. */
+  v6Spill?(netns: bigint): McV6Spill | null;
 }
 
 const DNS_PORT = 53;
@@ -45,9 +50,9 @@ export class PinnedPodMaps implements PodMapReader {
   constructor(pinRoot: string) {
     const dir = pinLayout(pinRoot).maps;
     try {
-      for (const name of [MAP.pods, MAP.ports, MAP.portranges, MAP.cidrs, MAP.listen, MAP.dstslot]) {
+      for (const name of [MAP.pods, MAP.ports, MAP.portranges, MAP.cidrs, MAP.listen, MAP.dstslot, MAP.dstslot6, MAP.v6spill]) {
         // an older datapath: no ranges, no slots
-        if ((name === MAP.portranges || name === MAP.dstslot) && !existsSync(path.join(dir, name))) continue;
+        if ((name === MAP.portranges || name === MAP.dstslot || name === MAP.dstslot6 || name === MAP.v6spill) && !existsSync(path.join(dir, name))) continue;
         this.fds.set(name, bpf.objGet(path.join(dir, name)));
       }
     } catch (e) {
@@ -102,6 +107,18 @@ export class PinnedPodMaps implements PodMapReader {
     if (!this.fds.has(MAP.dstslot)) return null;
     const v = bpf.mapLookup(this.fd(MAP.dstslot), mcSlotKey.encode({ netns, slot, pad: 0 }), mcSlot.size);
     return v ? mcSlot.decode(v) : null;
+  }
+
+  slot6(netns: bigint, slot: number): McSlot6 | null {
+    if (!this.fds.has(MAP.dstslot6)) return null;
+    const v = bpf.mapLookup(this.fd(MAP.dstslot6), mcSlotKey.encode({ netns, slot, pad: 0 }), mcSlot6.size);
+    return v ? mcSlot6.decode(v) : null;
+  }
+
+  v6Spill(netns: bigint): McV6Spill | null {
+    if (!this.fds.has(MAP.v6spill)) return null;
+    const v = bpf.mapLookup(this.fd(MAP.v6spill), u64Key(netns), mcV6Spill.size);
+    return v ? mcV6Spill.decode(v) : null;
   }
 }
 
@@ -162,6 +179,47 @@ export function slotFor4(maps: PodMapReader, netns: bigint, addr: Buffer, port: 
   return free === undefined ? { address: '127.0.0.1', slot: 'none' } : { address: slotAddress(free), slot: 'free' };
 }
 
+/**
+ * The candidate slots of an IPv6 destination, in probe order, as
+ * mc_slot_hash6 in bpf/outbound.bpf.c computes them (never 0).
+ */
+export function slotCandidates6(addr: Buffer, port: number): number[] {
+  const w = [0, 1, 2, 3].map((i) => addr.readUInt32BE(i * 4));
+  const out: number[] = [];
+  for (let probe = 0; probe < MC_SLOT_PROBES; probe++) {
+    let x = (w[0]! ^ Math.imul(w[1]!, 0x85ebca77) ^ Math.imul(w[2]!, 0xc2b2ae35) ^ w[3]! ^ ((port << 16) | port)) >>> 0;
+    x = (x + Math.imul(probe, 0x632be5ab)) >>> 0;
+    x = Math.imul(x, 0x9e3779b1) >>> 0;
+    x = (x ^ (x >>> 15)) >>> 0;
+    x = Math.imul(x, 0x85ebca77) >>> 0;
+    x = (x ^ (x >>> 13)) >>> 0;
+    out.push(x || 1);
+  }
+  return out;
+}
+
+/** The address 100::S of IPv6 slot S, as text. */
+export function slotAddress6(slot: number): string {
+  const b = Buffer.alloc(16);
+  b.writeUInt32BE(0x01000000, 0);
+  b.writeUInt32BE(slot >>> 0, 12);
+  return formatIPv6(b);
+}
+
+/** slotFor4 for IPv6: the slot that names the destination, else the first free candidate, else none. */
+export function slotFor6(maps: PodMapReader, netns: bigint, addr: Buffer, port: number, to: number): { address: string; slot: 'has' | 'free' | 'none' } {
+  let free: number | undefined;
+  for (const c of slotCandidates6(addr, port)) {
+    const v = maps.slot6?.(netns, c) ?? null;
+    if (!v) {
+      free ??= c;
+      continue;
+    }
+    if (v.addr.equals(addr) && v.port === port && v.to === to) return { address: slotAddress6(c), slot: 'has' };
+  }
+  return free === undefined ? { address: '::1', slot: 'none' } : { address: slotAddress6(free), slot: 'free' };
+}
+
 function isLoopback(a: { family: 4 | 6; bytes: Buffer }): boolean {
   if (a.bytes.every((b) => b === 0)) return true; // 0.0.0.0 / :: reach this host over loopback
   return a.family === 4 ? a.bytes[0] === 127 : a.bytes.subarray(0, 15).every((b) => b === 0) && a.bytes[15] === 1;
@@ -197,7 +255,17 @@ export function kernelVerdict(maps: PodMapReader, netns: bigint, flow: Flow): Ke
   const to = (port: number) => `${dst.family === 6 ? `[${loop}]` : loop}:${port}`;
   // IPv4 to the outbound port: the destination's own 127/8 address where the proxy listens on 0.0.0.0
   const out = (why: string): KernelVerdict => {
-    if (dst.family === 6) return { verdict: 'captured', to: to(pod.outbound_port), decidedBy: why };
+    if (dst.family === 6) {
+      const sp = maps.v6Spill?.(netns) ?? null;
+      if (!sp) return { verdict: 'captured', to: to(pod.outbound_port), decidedBy: `${why}; IPv6: [::1] (no ${MAP.v6spill} entry: this pod takes no IPv6 slots)` };
+      const s = slotFor6(maps, netns, dst.bytes, flow.port, pod.outbound_port);
+      const past = sp.open >= sp.at;
+      const slot = s.slot === 'has' ? `its slot [${s.address}] in ${MAP.dstslot6}` : s.slot === 'free' ? `a free slot [${s.address}] the connect claims in ${MAP.dstslot6}` : 'no slot (every candidate names another destination)';
+      return {
+        verdict: 'captured', to: past && s.slot !== 'none' ? `[${s.address}]:${pod.outbound_port}` : to(pod.outbound_port),
+        decidedBy: `${why}; IPv6: [::1] while the pod has fewer than ${sp.at} redirected IPv6 connections open there (${MAP.v6spill}: ${sp.open} now), then ${slot} if a listener on [::]:${pod.outbound_port} takes it`,
+      };
+    }
     const s = slotFor4(maps, netns, dst.bytes, flow.port, pod.outbound_port);
     const slot = s.slot === 'has' ? `the pod's slot for ${flow.peer}:${flow.port} in ${MAP.dstslot}` :
       s.slot === 'free' ? `a free slot the first connect claims in ${MAP.dstslot}` : `no slot (every candidate names another destination; the socket's storage carries it)`;

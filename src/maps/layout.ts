@@ -144,7 +144,27 @@ export const mcSlot = defineStruct<McSlot>('mc_slot', [
   { name: 'to', kind: 'u16' },
 ]);
 
-export const ALL_LAYOUTS = [mcPod, mcCidrKey, mcPortKey, mcPortRangeKey, mcPortRange, mcTuple, mcOrig, mcStats, mcListenKey, mcSlotKey, mcSlot];
+/** An IPv6 destination slot's value (struct mc_slot6): the slot is the last 32 bits of 100::S. */
+export interface McSlot6 { addr: Buffer; port: number; to: number; pad?: number }
+export const mcSlot6 = defineStruct<McSlot6>('mc_slot6', [
+  { name: 'addr', kind: 'bytes', length: 16 },
+  { name: 'port', kind: 'u16' },
+  { name: 'to', kind: 'u16' },
+  { name: 'pad', kind: 'u32' },
+]);
+
+/**
+ * A pod whose redirected IPv6 connections may take IPv6 slots (struct
+ * mc_v6spill): the agent writes it with open 0 once the pod's lo routes
+ * 100::/64; sockops keeps `open`, connect6 spills from `at` on.
+ */
+export interface McV6Spill { open: bigint; at: bigint }
+export const mcV6Spill = defineStruct<McV6Spill>('mc_v6spill', [
+  { name: 'open', kind: 'i64' },
+  { name: 'at', kind: 'i64' },
+]);
+
+export const ALL_LAYOUTS = [mcPod, mcCidrKey, mcPortKey, mcPortRangeKey, mcPortRange, mcTuple, mcOrig, mcStats, mcListenKey, mcSlotKey, mcSlot, mcSlot6, mcV6Spill];
 
 /** u64 keys (netns cookie, socket cookie) as the kernel stores them. */
 export function u64Key(v: bigint): Buffer {
@@ -166,4 +186,6 @@ export const MAP = {
   listen: 'mc_listen',
   dnsorig: 'mc_dnsorig',
   dstslot: 'mc_dstslot',
+  dstslot6: 'mc_dstslot6',
+  v6spill: 'mc_v6spill',
 } as const;

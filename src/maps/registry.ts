@@ -7,7 +7,7 @@ import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import type { MapEntries } from '../native/addon.js';
 import type { CaptureConfig } from '../redirect/config.js';
-import { MAP, mcPod, mcStats, u64Key, type McPod, type McStats } from './layout.js';
+import { MAP, mcPod, mcStats, mcV6Spill, u64Key, type McPod, type McStats, type McV6Spill } from './layout.js';
 import { CookieMap, hexKeysByCookie, packedKeysByCookie, valuesByCookie } from './cookie-map.js';
 import { FULL, MapFullError } from './map-full.js';
 import { keyedEntries, keyTemplates, keyWithNetns, netnsOfKey, NETNS_OFFSET, podEntries, podValue, type KeyTemplate, type MapEntry, type MapName, type PodEntries } from './pod-entries.js';
@@ -59,6 +59,10 @@ export interface KeySnapshot {
 }
 
 const NO_KEYS: ReadonlySet<string> = new Set();
+const LATER_MAPS: ReadonlySet<string> = new Set([MAP.portranges, MAP.dstslot, MAP.dstslot6, MAP.v6spill]);
+const SLOT_MAPS = [MAP.dstslot, MAP.dstslot6] as const;
+/** Destination slot maps read whole, one entry per map the datapath has. */
+export type SlotEntries = { map: (typeof SLOT_MAPS)[number]; e: MapEntries }[];
 const NO_TEMPLATES: readonly KeyTemplate[] = [];
 const HEX_SCRATCH = Buffer.alloc(8);
 /** The cookie as its 8 little-endian key bytes in hex (no Buffer per call). */
@@ -79,12 +83,13 @@ export class PodMaps {
   constructor(readonly mapsDir: string) {
     const dir = mapsDir;
     try {
-      for (const name of [MAP.pods, MAP.cidrs, MAP.ports, MAP.portranges, MAP.stats, MAP.dstslot] as MapName[]) {
-        // mc_portranges and mc_dstslot came later: a datapath pinned by an
-        // older meshcap has none, and status, uninstall and DEL must still
-        // work on it (a load of this version adds them; a pod with ranges is
-        // refused until then)
-        if ((name === MAP.portranges || name === MAP.dstslot) && !existsSync(path.join(dir, name))) continue;
+      for (const name of [MAP.pods, MAP.cidrs, MAP.ports, MAP.portranges, MAP.stats, MAP.dstslot, MAP.dstslot6, MAP.v6spill] as MapName[]) {
+        // mc_portranges, mc_dstslot, mc_dstslot6 and mc_v6spill came later: a
+        // datapath pinned by an older meshcap has none, and status,
+        // uninstall and DEL must still work on it (a load of this version
+        // adds them; a pod with ranges is refused until then, and its IPv6
+        // connections all go to ::1)
+        if (LATER_MAPS.has(name) && !existsSync(path.join(dir, name))) continue;
         const fd = bpf.objGet(path.join(dir, name));
         this.fds.set(name, fd);
         const info = bpf.mapInfo(fd);
@@ -129,7 +134,7 @@ export class PodMaps {
   /** Entries and capacity of each per-pod map (see EbpfBackend.fill). */
   fill(): { map: string; entries: number; maxEntries: number }[] {
     // mc_dstslot (up to 65,536 slots) is counted by batch reads, not a syscall per key
-    const count = (map: string, fd: number) => (map === MAP.dstslot ? bpf.mapEntries(fd).count : bpf.mapKeys(fd, this.keySizes.get(map as MapName)!).length);
+    const count = (map: string, fd: number) => (map === MAP.dstslot || map === MAP.dstslot6 ? bpf.mapEntries(fd).count : bpf.mapKeys(fd, this.keySizes.get(map as MapName)!).length);
     return [...this.fds].map(([map, fd]) => ({ map, entries: count(map, fd), maxEntries: bpf.mapInfo(fd).maxEntries }));
   }
 
@@ -231,34 +236,74 @@ export class PodMaps {
       index.get(m)!.delete(netns);
     }
     if (bpf.mapDelete(this.fd(MAP.stats), u64Key(netns))) n++;
+    const spill = this.fds.get(MAP.v6spill);
+    if (spill !== undefined && bpf.mapDelete(spill, u64Key(netns))) n++;
     // Its destination slots stay: they answer for its connections as long
     // as its netns lives (EbpfBackend.sweepSlots).
     return n;
   }
 
   /**
-   * mc_dstslot read whole (one batch read; null on a datapath older than
-   * slots). Slots are the kernel's, so no index of them is kept here.
+   * mc_dstslot and mc_dstslot6 read whole (one batch read each; none on a
+   * datapath older than them). Slots are the kernel's, so no index of them
+   * is kept here.
    */
-  slotEntries(): MapEntries | null {
-    const fd = this.fds.get(MAP.dstslot);
-    return fd === undefined ? null : bpf.mapEntries(fd);
+  slotEntries(): SlotEntries {
+    const out: SlotEntries = [];
+    for (const map of SLOT_MAPS) {
+      const fd = this.fds.get(map);
+      if (fd !== undefined) out.push({ map, e: bpf.mapEntries(fd) });
+    }
+    return out;
   }
 
-  /** Removes the destination slots of the cookies `gone` says, from a read of the map (slotEntries); returns how many. */
-  removeSlots(gone: (cookie: bigint) => boolean, e = this.slotEntries()): number {
-    if (!e) return 0;
-    const keys: Buffer[] = [];
-    for (let i = 0; i < e.count; i++) {
-      if (gone(e.keys.readBigUInt64LE(i * e.keySize))) keys.push(e.keys.subarray(i * e.keySize, (i + 1) * e.keySize));
+  /** Removes the destination slots (both families) of the cookies `gone` says, from a read of the maps (slotEntries); returns how many. */
+  removeSlots(gone: (cookie: bigint) => boolean, es = this.slotEntries()): number {
+    let n = 0;
+    for (const { map, e } of es) {
+      const keys: Buffer[] = [];
+      for (let i = 0; i < e.count; i++) {
+        if (gone(e.keys.readBigUInt64LE(i * e.keySize))) keys.push(e.keys.subarray(i * e.keySize, (i + 1) * e.keySize));
+      }
+      n += this.deleteKeys(map, keys);
     }
-    return this.deleteKeys(MAP.dstslot, keys);
+    return n;
+  }
+
+  /** The datapath has IPv6 slots (a load of this version made mc_v6spill). */
+  hasV6Slots(): boolean {
+    return this.fds.has(MAP.v6spill) && this.fds.has(MAP.dstslot6);
+  }
+
+  /**
+   * Marks the pod as one whose redirected IPv6 connections may take IPv6
+   * slots past `at` open on ::1 (mc_v6spill; its lo must route 100::/64
+   * already). An entry there stays as it is: its count is the kernel's.
+   * False on a datapath without the map.
+   */
+  writeV6Spill(netns: bigint, at: number): boolean {
+    const fd = this.fds.get(MAP.v6spill);
+    if (fd === undefined) return false;
+    try {
+      bpf.mapUpdate(fd, u64Key(netns), mcV6Spill.encode({ open: 0n, at: BigInt(at) }), bpf.consts.BPF_NOEXIST);
+    } catch (err) {
+      if ((err as { code?: string }).code !== 'EEXIST') throw err;
+    }
+    return true;
+  }
+
+  /** The pod's mc_v6spill entry, if any. */
+  v6Spill(netns: bigint): McV6Spill | null {
+    const fd = this.fds.get(MAP.v6spill);
+    if (fd === undefined) return null;
+    const v = bpf.mapLookup(fd, u64Key(netns), mcV6Spill.size);
+    return v ? mcV6Spill.decode(v) : null;
   }
 
   /** The pod's destination slots: slot (low 24 bits of 127.x.y.z) -> the mc_slot value (tests). */
-  slotsOf(netns: bigint): Map<number, Buffer> {
+  slotsOf(netns: bigint, map: (typeof SLOT_MAPS)[number] = MAP.dstslot): Map<number, Buffer> {
     const out = new Map<number, Buffer>();
-    const e = this.slotEntries();
+    const e = this.slotEntries().find((x) => x.map === map)?.e;
     for (let i = 0; i < (e?.count ?? 0); i++) {
       if (e!.keys.readBigUInt64LE(i * e!.keySize) !== netns) continue;
       out.set(e!.keys.readUInt32LE(i * e!.keySize + 8), Buffer.from(e!.values.subarray(i * e!.valueSize, (i + 1) * e!.valueSize)));

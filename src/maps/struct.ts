@@ -2,7 +2,7 @@
 // TypeScript side of every BPF map mirrors bpf/include/meshcap.h exactly (a
 // test checks offsets and sizes against the BTF of the compiled objects).
 
-export type FieldKind = 'u8' | 'u16' | 'u32' | 'u64' | 'bytes';
+export type FieldKind = 'u8' | 'u16' | 'u32' | 'u64' | 'i64' | 'bytes';
 
 export interface FieldDef {
   name: string;
@@ -24,7 +24,7 @@ export interface StructLayout<T> {
   decode(buf: Buffer): T;
 }
 
-const SIZES: Record<Exclude<FieldKind, 'bytes'>, number> = { u8: 1, u16: 2, u32: 4, u64: 8 };
+const SIZES: Record<Exclude<FieldKind, 'bytes'>, number> = { u8: 1, u16: 2, u32: 4, u64: 8, i64: 8 };
 
 export function defineStruct<T extends object>(name: string, defs: FieldDef[]): StructLayout<T> {
   let off = 0;
@@ -55,6 +55,7 @@ export function defineStruct<T extends object>(name: string, defs: FieldDef[]): 
           case 'u16': b.writeUInt16LE(Number(x), f.offset); break;
           case 'u32': b.writeUInt32LE(Number(x) >>> 0, f.offset); break;
           case 'u64': b.writeBigUInt64LE(BigInt(x as bigint | number), f.offset); break;
+          case 'i64': b.writeBigInt64LE(BigInt(x as bigint | number), f.offset); break;
           case 'bytes': {
             const src = x as Buffer;
             if (src.length > f.size) throw new RangeError(`${name}.${f.name}: ${src.length} bytes do not fit in ${f.size}`);
@@ -74,6 +75,7 @@ export function defineStruct<T extends object>(name: string, defs: FieldDef[]): 
           case 'u16': o[f.name] = buf.readUInt16LE(f.offset); break;
           case 'u32': o[f.name] = buf.readUInt32LE(f.offset); break;
           case 'u64': o[f.name] = buf.readBigUInt64LE(f.offset); break;
+          case 'i64': o[f.name] = buf.readBigInt64LE(f.offset); break;
           case 'bytes': o[f.name] = Buffer.from(buf.subarray(f.offset, f.offset + f.size)); break;
         }
       }

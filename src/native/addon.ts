@@ -182,6 +182,7 @@ interface Binding {
   probeHelper(progType: number, helperId: number): boolean;
   probeAttach(progType: number, expectedAttachType: number, targetPath: string): ProbeAttachResult;
   netnsCookie(netnsPath: string): Promise<bigint>;
+  netnsReadSysctl(netnsPath: string, file: string): Promise<string>;
   getOriginalDst(fd: number, level: 'ipv4' | 'ipv6'): OriginalDst;
   setTransparent(fd: number, level: 'ipv4' | 'ipv6'): void;
   takeFd(pid: number, fd: number): number;
@@ -403,6 +404,11 @@ export function probeAttach(progType: number, expectedAttachType: number, target
 /** SO_NETNS_COOKIE of the netns at netnsPath, read on a short-lived thread that setns()es into it. */
 export function netnsCookie(netnsPath: string): Promise<bigint> {
   return native.netnsCookie(netnsPath);
+}
+
+/** A /proc/sys/net/ file as the netns at netnsPath has it, read on a short-lived thread that setns()es into it. */
+export function netnsReadSysctl(netnsPath: string, file: string): Promise<string> {
+  return native.netnsReadSysctl(netnsPath, file);
 }
 export function getOriginalDst(fd: number, level: 'ipv4' | 'ipv6'): OriginalDst {
   return native.getOriginalDst(fd, level);

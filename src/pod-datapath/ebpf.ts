@@ -12,7 +12,7 @@ import * as bpf from '../native/addon.js';
 import { MAP, type McStats } from '../maps/layout.js';
 import { PodMaps, type KeySnapshot } from '../maps/registry.js';
 import type { CaptureConfig } from '../redirect/config.js';
-import { addPassthroughV6, netnsCookie, netnsProblem } from '../pod-netns.js';
+import { addPassthroughV6, ephemeralPorts, netnsCookie, netnsProblem, v6SpillAt } from '../pod-netns.js';
 import type { PodBackend, PodSetup, RemoveOutcome } from './backend.js';
 import { attachPodInbound, detachPodInbound, hasPodInbound, linkProvesNetns, linksProveNetns, linksProveNetnsAsync } from './ebpf-inbound.js';
 import { InboundPool } from './inbound-pool.js';
@@ -72,9 +72,12 @@ export class EbpfBackend implements PodBackend {
 
   async register(p: PodSetup): Promise<bigint> {
     const netns = p.netnsCookie ?? (await netnsCookie(p.netns));
-    if (p.config.enableIPv6 || p.podIPs.some((ip) => ip.includes(':'))) await addPassthroughV6(p.netns);
+    // IPv6 slots where its IPv6 connections are captured and the datapath has them
+    const v6Slots = p.config.enableIPv6 && p.podIPs.some((ip) => ip.includes(':')) && this.maps.hasV6Slots();
+    if (p.config.enableIPv6 || p.podIPs.some((ip) => ip.includes(':'))) await addPassthroughV6(p.netns, { slotRoute: v6Slots });
     assertSupported(p.config, p.podIPs);
     this.maps.write(netns, p.config, p.podIPs);
+    if (v6Slots) this.maps.writeV6Spill(netns, v6SpillAt(await ephemeralPorts(p.netns)));
     if (p.config.parsed.inboundCapture) {
       await attachPodInbound(this.pinRoot, netns, p.netns, this.inboundPool);
     } else {
@@ -168,9 +171,9 @@ export class EbpfBackend implements PodBackend {
     // A self-check pass with no pod removed since the last costs nothing
     // (at 10,000 pods a read of mc_pods would cost every pass).
     if (!opts.all && this.removedSlots.size === 0) return 0;
-    const e = this.maps.slotEntries();
+    const es = this.maps.slotEntries();
     const withSlots = new Set<bigint>();
-    for (let i = 0; i < (e?.count ?? 0); i++) withSlots.add(e!.keys.readBigUInt64LE(i * e!.keySize));
+    for (const { e } of es) for (let i = 0; i < e.count; i++) withSlots.add(e.keys.readBigUInt64LE(i * e.keySize));
     const gone = new Set<bigint>();
     const alive = new Set<bigint>();
     for (const [cookie, netnsPath] of this.removedSlots) {
@@ -181,14 +184,19 @@ export class EbpfBackend implements PodBackend {
       else alive.add(cookie);
     }
     const live = opts.all ? this.maps.podsByCookie() : undefined;
-    const n = this.maps.removeSlots((cookie) => gone.has(cookie) || (live !== undefined && !live.has(cookie) && !alive.has(cookie)), e);
+    const n = this.maps.removeSlots((cookie) => gone.has(cookie) || (live !== undefined && !live.has(cookie) && !alive.has(cookie)), es);
     for (const cookie of gone) this.removedSlots.delete(cookie);
     return n;
   }
 
-  /** The pod's destination slots (slot -> mc_slot value), for tests. */
-  slotsOf(netns: bigint): Map<number, Buffer> {
-    return this.maps.slotsOf(netns);
+  /** The pod's destination slots (slot -> mc_slot value; IPv6: mc_slot6), for tests. */
+  slotsOf(netns: bigint, family: 4 | 6 = 4): Map<number, Buffer> {
+    return this.maps.slotsOf(netns, family === 4 ? MAP.dstslot : MAP.dstslot6);
+  }
+
+  /** The pod's mc_v6spill entry (null: its IPv6 connections all go to ::1). */
+  v6Spill(netns: bigint): { open: bigint; at: bigint } | null {
+    return this.maps.v6Spill(netns);
   }
 
   /** The CIDR/port keys of every pod, one scan per map: for a pass over all pods (see KeySnapshot). */

@@ -1,6 +1,8 @@
 // netnsCookie(path): the kernel's unique 64-bit id of a network namespace,
 // which the BPF programs read with bpf_get_netns_cookie(), so agent and
 // datapath key a pod the same way.
+// netnsReadSysctl(path, file): a /proc/sys/net file as that namespace has it
+// (its net sysctls are the reading thread's namespace's).
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -22,9 +24,10 @@ namespace {
 
 class NetnsCookieWorker : public Napi::AsyncWorker {
  public:
-  NetnsCookieWorker(Napi::Env env, std::string path)
+  NetnsCookieWorker(Napi::Env env, std::string path, std::string file = "")
       : Napi::AsyncWorker(env, "meshcap:netnsCookie"),
         path_(std::move(path)),
+        file_(std::move(file)),
         deferred_(Napi::Promise::Deferred::New(env)) {}
 
   Napi::Promise Promise() { return deferred_.Promise(); }
@@ -39,7 +42,8 @@ class NetnsCookieWorker : public Napi::AsyncWorker {
   void OnOK() override {
     Napi::Env env = Env();
     Napi::HandleScope scope(env);
-    if (err_) deferred_.Reject(MakeNativeError(env, err_, syscall_, path_));
+    if (err_) deferred_.Reject(MakeNativeError(env, err_, syscall_, file_.empty() ? path_ : path_ + ": " + file_));
+    else if (!file_.empty()) deferred_.Resolve(Napi::String::New(env, text_));
     else deferred_.Resolve(Napi::BigInt::New(env, cookie_));
   }
 
@@ -61,6 +65,7 @@ class NetnsCookieWorker : public Napi::AsyncWorker {
       return;
     }
     close(ns);
+    if (!file_.empty()) return Read();
     int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (s < 0) return Fail("socket");
     uint64_t cookie = 0;
@@ -70,7 +75,19 @@ class NetnsCookieWorker : public Napi::AsyncWorker {
     close(s);
   }
 
+  void Read() {
+    int fd = open(file_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Fail("open");
+    char buf[256];
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0) Fail("read");
+    else text_.assign(buf, static_cast<size_t>(n));
+    close(fd);
+  }
+
   std::string path_;
+  std::string file_;
+  std::string text_;
   Napi::Promise::Deferred deferred_;
   int err_ = 0;
   const char* syscall_ = "";
@@ -85,10 +102,23 @@ Napi::Value NetnsCookie(const Napi::CallbackInfo& info) {
   return p;
 }
 
+Napi::Value NetnsReadSysctl(const Napi::CallbackInfo& info) {
+  std::string path = ArgString(info, 0, "netnsReadSysctl", "netnsPath");
+  std::string file = ArgString(info, 1, "netnsReadSysctl", "file");
+  // only the namespace's own net sysctls: nothing else is read in a pod's netns
+  if (file.rfind("/proc/sys/net/", 0) != 0 || file.find("..") != std::string::npos)
+    ThrowType(info.Env(), "netnsReadSysctl: file must be under /proc/sys/net/, got " + file);
+  auto* w = new NetnsCookieWorker(info.Env(), path, file);
+  Napi::Promise p = w->Promise();
+  w->Queue();
+  return p;
+}
+
 }  // namespace
 
 void InitNetnsCookie(Napi::Env env, Napi::Object exports) {
   exports.Set("netnsCookie", Napi::Function::New(env, NetnsCookie, "netnsCookie"));
+  exports.Set("netnsReadSysctl", Napi::Function::New(env, NetnsReadSysctl, "netnsReadSysctl"));
 }
 
 }  // namespace meshcap

@@ -10,7 +10,6 @@
 // connections to two destinations until connect() says EADDRNOTAVAIL for
 // both: 128 in both modes (before the spread, eBPF mode stopped at 64).
 import path from 'node:path';
-import { execa } from 'execa';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { spreadLoopback4 } from '../../../src/explain/kernel-verdict.js';
 import { loadDatapath, uninstallDatapath } from '../../../src/loader/datapath.js';
@@ -19,7 +18,7 @@ import { MAP, mcListenKey } from '../../../src/maps/layout.js';
 import * as bpf from '../../../src/native/addon.js';
 import { EbpfBackend } from '../../../src/pod-datapath/ebpf.js';
 import { describeEbpf, describeModes, makeDriver, type Driver } from '../../helpers/datapaths.js';
-import { Lab, scaled, testPinRoot, type NsAgent } from '../../helpers/lab.js';
+import { appPython, Lab, scaled, testPinRoot, type NsAgent } from '../../helpers/lab.js';
 import { istioCapture } from '../../helpers/pods.js';
 
 const POD = '198.18.27.1';
@@ -78,9 +77,7 @@ describeModes('a pod\'s outbound connections get a port range per destination, %
 
   it(`holds ${PORTS} connections per destination, as many as the ports allow`, async () => {
     const before = proxy.accepts().length;
-    const r = await execa('ip', ['netns', 'exec', pod.name, 'setpriv', '--reuid=1000', '--regid=1000', '--clear-groups', '/usr/bin/python3', '-c', HOLD], { reject: false, timeout: scaled(60_000) });
-    expect(r.exitCode, r.stderr).toBe(0);
-    const v = JSON.parse(r.stdout) as { got: Record<string, number>; view: Record<string, { peer: [string, number]; sock: [string, number] }> };
+    const v = await appPython<{ got: Record<string, number>; view: Record<string, { peer: [string, number]; sock: [string, number] }> }>(pod.name, HOLD);
     for (const d of DSTS) {
       expect(v.got[d], `connections to ${d}`).toBe(PORTS);
       // the app's view is REDIRECT's: its own address, the original peer
