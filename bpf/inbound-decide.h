@@ -59,6 +59,12 @@ static __always_inline int mc_inbound_decide(struct bpf_sk_lookup *ctx, __u64 ar
 	/* and the pod's own addresses */
 	if (mc_is_pod_addr(pod, remote))
 		return SK_PASS;
+	/* An IPv6 slot (100::/64, routed to the pod's lo) from anywhere else:
+	 * only the pod's own redirected connections use it, and a SYN from
+	 * outside must not reach the app there around the inbound capture
+	 * (under iptables the pod has no such local address). */
+	if (!v4 && mc_slot6_words(((__u32 *)local)[0], ((__u32 *)local)[1], ((__u32 *)local)[2]))
+		return SK_DROP;
 	port = (__u16)ctx->local_port;
 	if (port == pod->tunnel_port || port == pod->inbound_port)
 		return SK_PASS;

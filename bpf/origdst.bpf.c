@@ -154,13 +154,26 @@ MC_INLINE bool mc_slotted(struct bpf_sock *sk, __u64 netns, struct mc_orig *out)
 		barrier_var(w1);
 		barrier_var(w2);
 		if (w0 != 0 || w1 != 0 || w2 != bpf_htonl(0x0000ffff)) {
-			/* an IPv6 slot, 100::S (outbound.bpf.c, mc_slotted_addr6) */
+			/* an IPv6 slot, 100::S (outbound.bpf.c, mc_slotted_addr6),
+			 * answered only for a connection from one of the pod's own
+			 * addresses: 100::/64 is not refused from outside as
+			 * loopback is, and a peer elsewhere must not learn, or be
+			 * forwarded to, the pod's destination */
 			struct mc_slot6 *v6;
+			struct mc_pod *pod;
+			__u8 peer[16];
 			__u32 w3 = sk->src_ip6[3];
 
 			barrier_var(w3);
 			v6 = mc_slot6_lookup(netns, w0, w1, w2, w3, (__u16)sk->src_port);
 			if (!v6)
+				return false;
+			((__u32 *)peer)[0] = sk->dst_ip6[0];
+			((__u32 *)peer)[1] = sk->dst_ip6[1];
+			((__u32 *)peer)[2] = sk->dst_ip6[2];
+			((__u32 *)peer)[3] = sk->dst_ip6[3];
+			pod = mc_pod_of(netns);
+			if (!pod || !mc_is_pod_addr(pod, peer))
 				return false;
 			__builtin_memcpy(out->addr, v6->addr, 16);
 			out->port = v6->port;
@@ -246,6 +259,11 @@ int mc_getsockopt(struct bpf_sockopt *ctx)
 		 * moved it (inbound capture of 15001: sk_lookup steered it to the
 		 * inbound listener, address kept) or not (15006 reached directly). */
 		if ((local.port == pod->outbound_port || local.port == pod->inbound_port) && mc_is_loopback(local.addr))
+			return mc_no_origdst(ctx, sk);
+		/* An IPv6 slot's address not answered above (a peer other than the
+		 * pod's own: mc_slotted) has no destination to give: the pod has
+		 * no such address under iptables. */
+		if (local.family == 6 && mc_slot6_words(((__u32 *)local.addr)[0], ((__u32 *)local.addr)[1], ((__u32 *)local.addr)[2]))
 			return mc_no_origdst(ctx, sk);
 		o = &local;
 	}

@@ -488,12 +488,14 @@ MC_INLINE bool mc_lookup_listener6(void *ctx, const struct mc_pod *pod, __u16 to
 }
 
 MC_INLINE __u32 mc_slotted_addr6(void *ctx, struct bpf_sock *sk, __u64 netns, const struct mc_pod *pod, const __u8 dst[16],
-				 __u16 dport, __u16 to, const struct mc_orig *orig)
+				 const __u8 src[16], __u16 dport, __u16 to, const struct mc_orig *orig)
 {
 	struct mc_v6spill *sp = bpf_map_lookup_elem(&mc_v6spill, &netns);
 	__u32 slot;
 
-	if (sp && sp->open >= sp->at && (mc_wildcard_listener(netns, pod, 6) || mc_lookup_listener6(ctx, pod, to))) {
+	/* from the pod's own address (bound here, or by the app): the only
+	 * peer the inbound program and getsockopt accept on a slot */
+	if (sp && sp->open >= sp->at && (mc_is_unspecified(src) || mc_is_pod_addr(pod, src)) && (mc_wildcard_listener(netns, pod, 6) || mc_lookup_listener6(ctx, pod, to))) {
 		slot = mc_slot_claim6(netns, (const __u32 *)dst, dport, to);
 		if (slot) {
 			bpf_sk_storage_delete(&mc_apporig, sk);
@@ -577,7 +579,7 @@ int mc_connect6(struct bpf_sock_addr *ctx)
 			w2 = bpf_htonl(0x0000ffff);
 			w3 = slotted ? mc_slotted_addr4(ctx, sk, netns, pod, dst, orig.port, to, &orig) : bpf_htonl(0x7f000001);
 		} else if (slotted) {
-			__u32 slot = mc_slotted_addr6(ctx, sk, netns, pod, dst, orig.port, to, &orig);
+			__u32 slot = mc_slotted_addr6(ctx, sk, netns, pod, dst, src, orig.port, to, &orig);
 
 			if (slot) {
 				w0 = bpf_htonl(MC_SLOT6_W0);

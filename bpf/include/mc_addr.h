@@ -114,7 +114,9 @@ MC_INLINE bool mc_own6(__u32 w0, __u32 w1, __u32 w2, __u32 w3)
 
 /* An IPv6 destination slot's address, 100::/64 (meshcap.h, "IPv6
  * destination slots"): only the pod's own redirected connections are sent
- * there. */
+ * there, from one of its addresses. Unlike 127/8 and ::1 the kernel does not
+ * refuse it from outside, so the programs that answer for it check the peer
+ * (mc_inbound_decide, mc_slotted in origdst.bpf.c). */
 #define MC_SLOT6_W0 0x01000000 /* the first word, host order: 0100:0000 */
 MC_INLINE bool mc_slot6_words(__u32 w0, __u32 w1, __u32 w2)
 {
@@ -136,7 +138,7 @@ MC_INLINE bool mc_lookup_own(struct bpf_sk_lookup *ctx)
 	barrier_var(l3);
 	barrier_var(r3);
 	return mc_own6(l0, l1, l2, l3) || mc_own6(r0, r1, r2, r3) ||
-	       ((r0 | r1 | r2) == 0 && r3 == bpf_htonl(6)) || mc_slot6_words(l0, l1, l2);
+	       ((r0 | r1 | r2) == 0 && r3 == bpf_htonl(6));
 }
 
 #endif /* MC_ADDR_H */

@@ -118,6 +118,76 @@ describeModes('a pod\'s outbound IPv6 connections get a port range per destinati
   });
 });
 
+// A neighbour that routes 100::/64 to the pod (inside this test's namespaces
+// only) reaches a slot address there: with inbound capture the pod's
+// sk_lookup program drops it; without, the proxy's SO_ORIGINAL_DST answers
+// ENOENT for it (the pod's destination is neither told nor forwarded to, and
+// the proxy is not sent to itself), so the proxy refuses it.
+for (const inbound of [true, false]) {
+  describeEbpf(`eBPF mode: a slot address reached from outside the pod answers nothing (inbound capture ${inbound ? 'on' : 'off'})`, () => {
+    const lab = new Lab();
+    let dp: Driver;
+    let pod: { name: string; path: string };
+    let srv: { name: string; path: string };
+    let proxy: Awaited<ReturnType<Lab['proxy']>>;
+    let slot: string;
+
+    beforeAll(async () => {
+      dp = await makeDriver('ebpf');
+      pod = await lab.netns(inbound ? 'v6out' : 'v6outn');
+      srv = await lab.netns(inbound ? 'v6outsrv' : 'v6outnsrv');
+      await lab.link(pod.name, srv.name, { a6: [`${POD}/64`], b6: DSTS.map((d) => `${d}/64`) });
+      await lab.exec(pod.name, ['sysctl', '-q', '-w', `net.ipv4.ip_local_port_range=41000 ${41000 + PORTS - 1}`]);
+      const annotations: Record<string, string> = inbound ? {} : { 'traffic.sidecar.istio.io/includeInboundPorts': '' };
+      await dp.register(pod.path, istioCapture({ ips: [POD], annotations }), [POD]);
+      proxy = await lab.proxy(pod.name, ['--echo']);
+      // past the threshold, so the pod has a slot for DSTS[0]
+      const v = await hold(pod.name);
+      const held = Object.values(v.got).reduce((x, y) => x + y, 0);
+      for (let i = 0; i < scaled(100) && proxy.accepts().length < held; i++) await new Promise((res) => setTimeout(res, 50));
+      slot = slotAddress6(slotCandidates6(v6bytes(DSTS[0]!), 80)[0]!);
+      const cookie = [...dp.ebpf!.pods()][0]!;
+      expect(dp.ebpf!.slotsOf(cookie, 6).has(slotCandidates6(v6bytes(DSTS[0]!), 80)[0]!)).toBe(true);
+      await lab.exec(srv.name, ['ip', '-6', 'route', 'add', '100::/64', 'via', POD]);
+    }, scaled(120_000));
+
+    afterAll(async () => {
+      await dp?.close();
+      await lab.cleanup();
+    });
+
+    it('neither the proxy nor an app takes it as the pod\'s own connection', async () => {
+      const before = proxy.accepts().length;
+      const errorsBefore = proxy.lines.filter((l) => l.includes('"event":"error"')).length;
+      const probe = `
+import errno, json, socket
+out = {}
+for port in (15001, 9):
+    s = socket.socket(socket.AF_INET6); s.settimeout(2)
+    try:
+        s.connect(("${slot}", port)); out[port] = "connected"
+    except OSError as e:
+        out[port] = errno.errorcode.get(e.errno, str(e.errno)) if e.errno else "timeout"
+    s.close()
+print(json.dumps(out))
+`;
+      const r = await execa('ip', ['netns', 'exec', srv.name, '/usr/bin/python3', '-c', probe], { timeout: scaled(30_000) });
+      const out = JSON.parse(r.stdout) as Record<string, string>;
+      expect(out['9']).not.toBe('connected');
+      if (inbound) {
+        expect(out['15001']).not.toBe('connected');
+      } else {
+        // the proxy's listener takes it, as it would on the pod's address, but gets no original destination
+        for (let i = 0; i < scaled(40) && proxy.lines.filter((l) => l.includes('"event":"error"')).length === errorsBefore; i++) await new Promise((res) => setTimeout(res, 50));
+        const errs = proxy.lines.filter((l) => l.includes('"event":"error"')).slice(errorsBefore);
+        expect(errs.length, `${out['15001']}; the proxy said: ${proxy.lines.slice(-3).join(' | ')}`).toBe(1);
+        expect(errs[0]).toMatch(/ENOENT|No such file/);
+      }
+      expect(proxy.accepts().length).toBe(before);
+    });
+  });
+}
+
 describeEbpf('eBPF mode: IPv6 below the threshold stays on ::1, and a pod removed takes its count with it', () => {
   const lab = new Lab();
   let dp: Driver;
