@@ -7,7 +7,8 @@
 //   ebpf       meshcap's eBPF datapath
 //
 // side by side in one run, issue 19 item 4. The app (mc-capacity hold|churn)
-// connects round-robin to N destinations 198.18.k.11.. (a sink in a server
+// connects round-robin to N destinations 198.18.k.11.. (with --family 6:
+// 2001:db8:k::11.., the pod's IPv6 captured as Istio's dual stack) (a sink in a server
 // netns behind a veth pair, no default route anywhere); in the mesh modes the
 // proxy is a sink on 0.0.0.0:15001 (uid 1337) that reads SO_ORIGINAL_DST on
 // every accepted socket, holds it, echoes 1 B and closes on EOF; it does not
@@ -19,7 +20,7 @@
 // reported; net.core.somaxconn is raised in the pod and server so accept
 // queues are not what is measured.
 //
-//   node --import ./bench/lib/ts.mjs bench/capacity/main.ts [--dests 2] [--tests hold,churn]
+//   node --import ./bench/lib/ts.mjs bench/capacity/main.ts [--dests 2] [--tests hold,churn] [--family 4|6]
 //        [--modes direct,iptables,ebpf] [--hold-seconds 150] [--churn-seconds 20] [--conc 64] [--json FILE]
 //
 // Needs root and the build (the addon and the BPF objects); compiles
@@ -57,8 +58,11 @@ const opt = parseOptions(import.meta.url, 'bench:capacity', {
   modes: { type: 'string', default: MODES.join(',') },
   'churn-seconds': { type: 'string', default: '20' },
   conc: { type: 'string', default: '64' },
+  family: { type: 'string', default: '4' },
   json: { type: 'string' },
 });
+if (opt.family !== '4' && opt.family !== '6') throw new Error('--family 4 or 6');
+const V6 = opt.family === '6';
 const NDST = Number(opt.dests);
 const CHURN_S = Number(opt['churn-seconds']);
 const HOLD_S = Number(opt['hold-seconds']);
@@ -98,13 +102,14 @@ function buildTool(): void {
 }
 
 function istioPodConfig(ip: string) {
+  // IPv6: captured as under Istio's dual stack (ISTIO_DUAL_STACK / EnableIPv6)
   const pod = {
     apiVersion: 'v1', kind: 'Pod',
     metadata: { name: 'capacity', namespace: 'bench', annotations: { 'sidecar.istio.io/status': '{"containers":["istio-proxy"]}' } },
     spec: { containers: [{ name: 'app', image: 'app' }, { name: 'istio-proxy', image: 'proxyv2' }] },
     status: { podIPs: [{ ip }] },
   };
-  return podToCaptureConfig(pod, 'istio', { enableIPv6: false });
+  return podToCaptureConfig(pod, 'istio', { enableIPv6: V6 });
 }
 
 const sysctl = (lab: Lab, ns: string, ...kv: string[]) => execa('ip', lab.argv(ns, ['sysctl', '-q', '-w', ...kv]));
@@ -117,17 +122,19 @@ async function makePod(mode: Mode, ebpf: InstanceType<typeof EbpfBackend> | null
   try {
     const ns = await lab.netns('pod');
     const srv = await lab.netns('srv');
-    const podIP = `198.18.${k}.2`;
-    const dests = Array.from({ length: NDST }, (_, i) => `198.18.${k}.${11 + i}`);
-    await lab.link(ns.name, srv.name, { a4: [`${podIP}/24`], b4: [`198.18.${k}.1/24`, ...dests.map((d) => `${d}/24`)] });
+    const podIP = V6 ? `2001:db8:${k}::2` : `198.18.${k}.2`;
+    const dests = Array.from({ length: NDST }, (_, i) => (V6 ? `2001:db8:${k}::${(11 + i).toString(16)}` : `198.18.${k}.${11 + i}`));
+    if (V6) await lab.link(ns.name, srv.name, { a6: [`${podIP}/64`], b6: [`2001:db8:${k}::1/64`, ...dests.map((d) => `${d}/64`)] });
+    else await lab.link(ns.name, srv.name, { a4: [`${podIP}/24`], b4: [`198.18.${k}.1/24`, ...dests.map((d) => `${d}/24`)] });
     // tcp_tw_reuse=2 is the kernel's default (reuse a TIME_WAIT port for loopback connections only): set, not assumed.
     await sysctl(lab, ns.name, 'net.ipv4.tcp_tw_reuse=2', 'net.core.somaxconn=65535');
     await sysctl(lab, srv.name, 'net.core.somaxconn=65535');
-    const server = lab.start(`server-${mode}`, srv.name, [BIN, 'sink', '--listen', `0.0.0.0:${SVC_PORT}`]);
+    const any = V6 ? '[::]' : '0.0.0.0';
+    const server = lab.start(`server-${mode}`, srv.name, [BIN, 'sink', '--listen', `${any}:${SVC_PORT}`]);
     await server.waitFor(/"event":"ready"/, 5000);
     let proxy: Proc | null = null;
     if (mode !== 'direct') {
-      proxy = lab.start(`proxy-${mode}`, ns.name, [BIN, 'sink', '--listen', `0.0.0.0:${PROXY_PORT}`, '--uid', String(PROXY_UID), '--expect', `${dests.join(',')}:${SVC_PORT}`]);
+      proxy = lab.start(`proxy-${mode}`, ns.name, [BIN, 'sink', '--listen', `${any}:${PROXY_PORT}`, '--uid', String(PROXY_UID), '--expect', `${dests.join(',')}:${SVC_PORT}`]);
       await proxy.waitFor(/"event":"ready"/, 5000);
     }
     const config = istioPodConfig(podIP);
@@ -232,7 +239,7 @@ function portRange(): string {
 function table(hold: HoldResult[], churn: ChurnResult[]): string {
   const rows: string[] = [];
   if (hold.length) {
-    rows.push(`max concurrent outbound connections, one pod, ${NDST} destinations (ephemeral ports ${portRange()})`);
+    rows.push(`max concurrent outbound connections, one pod, ${NDST} IPv${opt.family} destinations (ephemeral ports ${portRange()})`);
     rows.push(`mode      established  stop reason                       app sockets by destination             proxy sockets by local address`);
     for (const h of hold) {
       const reason = h.procsAtFdLimit ? 'descriptor limit (raise --procs)' : h.seconds >= HOLD_S - 0.5 ? `${HOLD_S} s limit, still rising` :
@@ -242,7 +249,7 @@ function table(hold: HoldResult[], churn: ChurnResult[]): string {
     }
   }
   if (churn.length) {
-    rows.push('', `connection rate under churn (connect, 1 B echo, app closes first), ${CONC} at a time, ${CHURN_S} s, tcp_tw_reuse=2`);
+    rows.push('', `connection rate under churn (connect, 1 B echo, app closes first), IPv${opt.family}, ${CONC} at a time, ${CHURN_S} s, tcp_tw_reuse=2`);
     rows.push('mode      completed   conn/s first 5 s   conn/s last 10 s   mean conn/s   failed attempts');
     for (const c of churn) {
       const failed = Object.entries(c.errors).map(([e, n]) => `${e} ${n}`).join(', ') || 'none';
@@ -309,7 +316,7 @@ async function main(): Promise<void> {
     machine: { kernel: os.release(), cpus: os.cpus().length, loadavg: os.loadavg() },
     // which connect4 program eBPF mode ran (before/after a datapath change)
     outboundObjectSha256: createHash('sha256').update(readFileSync(path.join(projectRoot, 'build/bpf/outbound.bpf.o'))).digest('hex').slice(0, 16),
-    options: { dests: NDST, tests, modes, holdSeconds: HOLD_S, churnSeconds: CHURN_S, conc: CONC, ipLocalPortRange: portRange(), tcpTwReuse: 2 },
+    options: { family: Number(opt.family), dests: NDST, tests, modes, holdSeconds: HOLD_S, churnSeconds: CHURN_S, conc: CONC, ipLocalPortRange: portRange(), tcpTwReuse: 2 },
     hold, churn, problems,
   };
   console.log(table(hold, churn));

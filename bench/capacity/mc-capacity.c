@@ -6,8 +6,12 @@
  *   mc-capacity sink  --listen ADDR:PORT [--uid N] [--procs 8] [--expect A,B,..:PORT]
  *       Accepts and holds every connection; echoes what it reads (1 B in the
  *       churn test) and closes on EOF. With --expect it reads
- *       getsockopt(SO_ORIGINAL_DST) on every accepted socket (as Envoy does)
- *       and counts answers that are one of the expected destinations.
+ *       getsockopt(SO_ORIGINAL_DST, or IP6T_SO_ORIGINAL_DST for IPv6) on
+ *       every accepted socket (as Envoy does) and counts answers that are
+ *       one of the expected destinations.
+ *
+ * Addresses are IPv4 or IPv6 (all of one family); the port follows the last
+ * ':' (ADDR may be bracketed: [::]:15001).
  *       --uid: drop to that uid/gid (the proxy) after binding.
  *       {"event":"ready"} once listening; {"event":"stats",...} on SIGUSR1.
  *
@@ -31,6 +35,9 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/netfilter_ipv4.h> /* SO_ORIGINAL_DST */
+#ifndef IP6T_SO_ORIGINAL_DST
+#define IP6T_SO_ORIGINAL_DST 80 /* linux/netfilter_ipv6/ip6_tables.h */
+#endif
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -52,8 +59,54 @@
 #define MAX_FD (1 << 20)
 #define NERR 140
 
-static struct sockaddr_in dsts[MAX_DST];
+union addr {
+	struct sockaddr sa;
+	struct sockaddr_in in;
+	struct sockaddr_in6 in6;
+};
+static union addr dsts[MAX_DST];
 static int ndst;
+
+static socklen_t addr_len(const union addr *a)
+{
+	return a->sa.sa_family == AF_INET6 ? sizeof(a->in6) : sizeof(a->in);
+}
+
+/* "ADDR" or "[ADDR]" and a port (network order) -> a */
+static int parse_addr(const char *text, uint16_t port, union addr *a)
+{
+	char host[INET6_ADDRSTRLEN + 2];
+	size_t n = strlen(text);
+	if (n >= sizeof(host))
+		return -1;
+	memcpy(host, text, n + 1);
+	if (host[0] == '[' && n > 1 && host[n - 1] == ']') {
+		host[n - 1] = 0;
+		memmove(host, host + 1, n - 1);
+	}
+	memset(a, 0, sizeof(*a));
+	if (inet_pton(AF_INET, host, &a->in.sin_addr) == 1) {
+		a->in.sin_family = AF_INET;
+		a->in.sin_port = port;
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &a->in6.sin6_addr) == 1) {
+		a->in6.sin6_family = AF_INET6;
+		a->in6.sin6_port = port;
+		return 0;
+	}
+	return -1;
+}
+
+/* Same address and port (a v4 answer to a v4 destination, v6 to v6). */
+static int same_addr(const union addr *x, const union addr *y)
+{
+	if (x->sa.sa_family != y->sa.sa_family)
+		return 0;
+	if (x->sa.sa_family == AF_INET)
+		return x->in.sin_addr.s_addr == y->in.sin_addr.s_addr && x->in.sin_port == y->in.sin_port;
+	return !memcmp(&x->in6.sin6_addr, &y->in6.sin6_addr, 16) && x->in6.sin6_port == y->in6.sin6_port;
+}
 static unsigned long long errs[NERR];
 
 static void die(const char *what)
@@ -107,11 +160,9 @@ static void parse_dsts(const char *s)
 			fprintf(stderr, "mc-capacity: more than %d destinations\n", MAX_DST);
 			exit(2);
 		}
-		struct sockaddr_in *a = &dsts[ndst++];
-		a->sin_family = AF_INET;
-		a->sin_port = port;
-		if (inet_pton(AF_INET, tok, &a->sin_addr) != 1) {
-			fprintf(stderr, "mc-capacity: not an IPv4 address: %s\n", tok);
+		union addr *a = &dsts[ndst++];
+		if (parse_addr(tok, port, a) < 0 || a->sa.sa_family != dsts[0].sa.sa_family) {
+			fprintf(stderr, "mc-capacity: not an IP address of the first one's family: %s\n", tok);
 			exit(2);
 		}
 	}
@@ -188,36 +239,43 @@ static void become_worker(void)
 struct sink_shared {
 	unsigned long long accepted, open_now, origdst_ok, origdst_bad, origdst_fail, accept_err;
 	/* distinct local addresses of the accepted sockets (where the app's connect was sent), per worker */
-	uint32_t locals[MAX_PROCS][LOCALS];
+	struct in6_addr locals[MAX_PROCS][LOCALS]; /* IPv4 v4-mapped */
 	int nlocals[MAX_PROCS], more[MAX_PROCS];
 };
 static struct sink_shared *sh;
 
 static void note_local(int w, int fd)
 {
-	struct sockaddr_in l;
+	union addr l;
 	socklen_t ll = sizeof(l);
-	if (getsockname(fd, (struct sockaddr *)&l, &ll) < 0 || l.sin_family != AF_INET)
+	struct in6_addr a = { 0 };
+	if (getsockname(fd, &l.sa, &ll) < 0)
 		return;
+	if (l.sa.sa_family == AF_INET) {
+		a.s6_addr[10] = a.s6_addr[11] = 0xff;
+		memcpy(&a.s6_addr[12], &l.in.sin_addr, 4);
+	} else {
+		a = l.in6.sin6_addr;
+	}
 	for (int i = 0; i < sh->nlocals[w]; i++)
-		if (sh->locals[w][i] == l.sin_addr.s_addr)
+		if (!memcmp(&sh->locals[w][i], &a, 16))
 			return;
 	if (sh->nlocals[w] < LOCALS)
-		sh->locals[w][sh->nlocals[w]++] = l.sin_addr.s_addr;
+		sh->locals[w][sh->nlocals[w]++] = a;
 	else
 		sh->more[w] = 1;
 }
 
 static void sink_stats(int procs)
 {
-	uint32_t all[MAX_PROCS * LOCALS];
+	static struct in6_addr all[MAX_PROCS * LOCALS];
 	int n = 0, more = 0;
 	for (int w = 0; w < procs; w++) {
 		more |= sh->more[w];
 		for (int i = 0; i < sh->nlocals[w]; i++) {
 			int seen = 0;
 			for (int j = 0; j < n; j++)
-				seen |= all[j] == sh->locals[w][i];
+				seen |= !memcmp(&all[j], &sh->locals[w][i], 16);
 			if (!seen)
 				all[n++] = sh->locals[w][i];
 		}
@@ -226,8 +284,11 @@ static void sink_stats(int procs)
 	       "\"origdst_fail\":%llu,\"accept_errors\":%llu,\"local_addrs\":%d,\"local_addrs_more\":%s,\"local_sample\":[",
 	       sh->accepted, sh->open_now, sh->origdst_ok, sh->origdst_bad, sh->origdst_fail, sh->accept_err, n, more ? "true" : "false");
 	for (int i = 0; i < n && i < 16; i++) {
-		char b[INET_ADDRSTRLEN];
-		inet_ntop(AF_INET, &all[i], b, sizeof(b));
+		char b[INET6_ADDRSTRLEN];
+		if (IN6_IS_ADDR_V4MAPPED(&all[i]))
+			inet_ntop(AF_INET, &all[i].s6_addr[12], b, sizeof(b));
+		else
+			inet_ntop(AF_INET6, &all[i], b, sizeof(b));
 		printf("%s\"%s\"", i ? "," : "", b);
 	}
 	printf("]}\n");
@@ -258,14 +319,16 @@ static void sink_worker(int w, int lfd, int expect, int cap)
 					ADD(sh->open_now, 1);
 					open_here++;
 					if (expect) {
-						struct sockaddr_in o;
+						union addr o;
 						socklen_t ol = sizeof(o);
-						if (getsockopt(c, SOL_IP, SO_ORIGINAL_DST, &o, &ol) < 0) {
+						int v6 = dsts[0].sa.sa_family == AF_INET6;
+						memset(&o, 0, sizeof(o));
+						if (getsockopt(c, v6 ? SOL_IPV6 : SOL_IP, v6 ? IP6T_SO_ORIGINAL_DST : SO_ORIGINAL_DST, &o, &ol) < 0) {
 							ADD(sh->origdst_fail, 1);
 						} else {
 							int hit = 0;
 							for (int d = 0; d < ndst; d++)
-								hit |= o.sin_addr.s_addr == dsts[d].sin_addr.s_addr && o.sin_port == dsts[d].sin_port;
+								hit |= same_addr(&o, &dsts[d]);
 							hit ? ADD(sh->origdst_ok, 1) : ADD(sh->origdst_bad, 1);
 						}
 					}
@@ -322,7 +385,7 @@ static int sink(int argc, char **argv)
 	}
 	if (!listen_at || procs < 1 || procs > MAX_PROCS)
 		return fprintf(stderr, "mc-capacity sink: --listen is required, --procs 1..%d\n", MAX_PROCS), 2;
-	struct sockaddr_in a = { .sin_family = AF_INET };
+	union addr a;
 	{
 		char host[64];
 		const char *colon = strrchr(listen_at, ':');
@@ -330,9 +393,8 @@ static int sink(int argc, char **argv)
 			return fprintf(stderr, "mc-capacity sink: --listen wants ADDR:PORT\n"), 2;
 		memcpy(host, listen_at, (size_t)(colon - listen_at));
 		host[colon - listen_at] = 0;
-		a.sin_port = htons((uint16_t)atoi(colon + 1));
-		if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
-			return fprintf(stderr, "mc-capacity sink: not an IPv4 address: %s\n", host), 2;
+		if (parse_addr(host, htons((uint16_t)atoi(colon + 1)), &a) < 0)
+			return fprintf(stderr, "mc-capacity sink: not an IP address: %s\n", host), 2;
 	}
 	int cap = nofile_cap();
 	if (uid >= 0) {
@@ -340,11 +402,11 @@ static int sink(int argc, char **argv)
 			die("dropping to the proxy uid");
 	}
 	sh = shared(sizeof(*sh));
-	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+	int lfd = socket(a.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
 	if (lfd < 0)
 		die("socket");
 	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0)
+	if (bind(lfd, &a.sa, addr_len(&a)) < 0)
 		die(listen_at);
 	if (listen(lfd, 65535) < 0)
 		die("listen");
@@ -405,10 +467,10 @@ static void hold_worker(int w, int window, int timeout_ms, long max, double seco
 				next = (next + 1) % ndst;
 			int d = next;
 			next = (next + 1) % ndst;
-			int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+			int fd = socket(dsts[d].sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 			if (fd < 0)
 				die("socket");
-			if (connect(fd, (struct sockaddr *)&dsts[d], sizeof(dsts[d])) == 0) {
+			if (connect(fd, &dsts[d].sa, addr_len(&dsts[d])) == 0) {
 				established++, hs->per_dst[w][d]++, hs->t_last_ok[w] = now_s() - t0;
 				continue;
 			}
@@ -628,12 +690,12 @@ static int churn(int argc, char **argv)
 					continue;
 				}
 			}
-			int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+			union addr *d = &dsts[next];
+			int fd = socket(d->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 			if (fd < 0)
 				die("socket");
-			struct sockaddr_in *d = &dsts[next];
 			next = (next + 1) % ndst;
-			if (connect(fd, (struct sockaddr *)d, sizeof(*d)) < 0 && errno != EINPROGRESS) {
+			if (connect(fd, &d->sa, addr_len(d)) < 0 && errno != EINPROGRESS) {
 				count_err(errno), fail_sec[sec]++;
 				close(fd);
 				c->state = S_BACKOFF;
