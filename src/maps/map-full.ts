@@ -10,6 +10,7 @@ const HOLDS: Record<string, string> = {
   [MAP.cidrs]: 'the node-wide table of every pod\'s include/exclude outbound IP ranges and DNS servers',
   [MAP.ports]: 'the node-wide table of every pod\'s include/exclude port lists',
   [MAP.portranges]: 'the node-wide table of every pod\'s wide port ranges',
+  [MAP.v6spill]: 'one entry per meshed eBPF pod whose IPv6 is captured: the node\'s eBPF pod capacity',
 };
 
 /**

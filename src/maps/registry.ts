@@ -236,8 +236,7 @@ export class PodMaps {
       index.get(m)!.delete(netns);
     }
     if (bpf.mapDelete(this.fd(MAP.stats), u64Key(netns))) n++;
-    const spill = this.fds.get(MAP.v6spill);
-    if (spill !== undefined && bpf.mapDelete(spill, u64Key(netns))) n++;
+    if (this.removeV6Spill(netns)) n++;
     // Its destination slots stay: they answer for its connections as long
     // as its netns lives (EbpfBackend.sweepSlots).
     return n;
@@ -279,17 +278,36 @@ export class PodMaps {
    * Marks the pod as one whose redirected IPv6 connections may take IPv6
    * slots past `at` open on ::1 (mc_v6spill; its lo must route 100::/64
    * already). An entry there stays as it is: its count is the kernel's.
-   * False on a datapath without the map.
+   * 'created' or 'kept'; null on a datapath without the map. A full map
+   * (it holds one entry per pod, as mc_pods: only a leak fills it) refuses
+   * the pod with MapFullError.
    */
-  writeV6Spill(netns: bigint, at: number): boolean {
+  writeV6Spill(netns: bigint, at: number): 'created' | 'kept' | null {
     const fd = this.fds.get(MAP.v6spill);
-    if (fd === undefined) return false;
+    if (fd === undefined) return null;
     try {
       bpf.mapUpdate(fd, u64Key(netns), mcV6Spill.encode({ open: 0n, at: BigInt(at) }), bpf.consts.BPF_NOEXIST);
+      return 'created';
     } catch (err) {
-      if ((err as { code?: string }).code !== 'EEXIST') throw err;
+      const code = (err as { code?: string }).code ?? '';
+      if (code === 'EEXIST') return 'kept';
+      if (FULL.has(code)) throw new MapFullError(MAP.v6spill, bpf.mapInfo(fd).maxEntries, 1, code);
+      throw err;
     }
-    return true;
+  }
+
+  /** Removes the pod's mc_v6spill entry (true if there was one). */
+  removeV6Spill(netns: bigint): boolean {
+    const fd = this.fds.get(MAP.v6spill);
+    return fd !== undefined && bpf.mapDelete(fd, u64Key(netns));
+  }
+
+  /** Removes the mc_v6spill entries of netns cookies `gone` says; returns how many. */
+  removeV6SpillOf(gone: (cookie: bigint) => boolean): number {
+    const fd = this.fds.get(MAP.v6spill);
+    if (fd === undefined) return 0;
+    const keys = bpf.mapKeys(fd, 8).filter((k) => gone(k.readBigUInt64LE(0)));
+    return this.deleteKeys(MAP.v6spill, keys);
   }
 
   /** The pod's mc_v6spill entry, if any. */

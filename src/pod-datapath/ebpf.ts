@@ -76,8 +76,14 @@ export class EbpfBackend implements PodBackend {
     const v6Slots = p.config.enableIPv6 && p.podIPs.some((ip) => ip.includes(':')) && this.maps.hasV6Slots();
     if (p.config.enableIPv6 || p.podIPs.some((ip) => ip.includes(':'))) await addPassthroughV6(p.netns, { slotRoute: v6Slots });
     assertSupported(p.config, p.podIPs);
-    this.maps.write(netns, p.config, p.podIPs);
-    if (v6Slots) this.maps.writeV6Spill(netns, v6SpillAt(await ephemeralPorts(p.netns)));
+    // before the pod's entries, so a full map refuses the pod with nothing of it written
+    const spill = v6Slots ? this.maps.writeV6Spill(netns, v6SpillAt(await ephemeralPorts(p.netns))) : null;
+    try {
+      this.maps.write(netns, p.config, p.podIPs);
+    } catch (e) {
+      if (spill === 'created') this.maps.removeV6Spill(netns);
+      throw e;
+    }
     if (p.config.parsed.inboundCapture) {
       await attachPodInbound(this.pinRoot, netns, p.netns, this.inboundPool);
     } else {
@@ -185,6 +191,9 @@ export class EbpfBackend implements PodBackend {
     }
     const live = opts.all ? this.maps.podsByCookie() : undefined;
     const n = this.maps.removeSlots((cookie) => gone.has(cookie) || (live !== undefined && !live.has(cookie) && !alive.has(cookie)), es);
+    // mc_v6spill goes with the pod (remove); at the start, what an agent that
+    // did not know the map (an earlier build) left of removed pods
+    if (live) this.maps.removeV6SpillOf((cookie) => !live.has(cookie));
     for (const cookie of gone) this.removedSlots.delete(cookie);
     return n;
   }

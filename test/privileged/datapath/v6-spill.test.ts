@@ -11,6 +11,9 @@
 import { execa } from 'execa';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { slotAddress6, slotCandidates6 } from '../../../src/explain/kernel-verdict.js';
+import { pinLayout } from '../../../src/loader/manifest.js';
+import { MAP, mcV6Spill, u64Key } from '../../../src/maps/layout.js';
+import * as bpf from '../../../src/native/addon.js';
 import { parseAddr } from '../../../src/redirect/cidr.js';
 import { describeEbpf, describeModes, makeDriver, type Driver } from '../../helpers/datapaths.js';
 import { appPython, Lab, scaled } from '../../helpers/lab.js';
@@ -246,5 +249,18 @@ for s in ss: s.close()
     const cookie = [...dp.ebpf!.pods()][0]!;
     await dp.unregister(pod.path);
     expect(dp.ebpf!.v6Spill(cookie)).toBeNull();
+  });
+
+  it('the agent\'s start sweeps entries an earlier agent left for pods that are gone', async () => {
+    // as an agent that did not know mc_v6spill leaves one when it removes a pod
+    const fd = bpf.objGet(`${pinLayout(dp.ebpf!.pinRoot).maps}/${MAP.v6spill}`);
+    try {
+      bpf.mapUpdate(fd, u64Key(424242n), mcV6Spill.encode({ open: 3n, at: 14116n }), bpf.consts.BPF_ANY);
+    } finally {
+      bpf.closeFd(fd);
+    }
+    expect(dp.ebpf!.v6Spill(424242n)).toEqual({ open: 3n, at: 14116n });
+    await dp.ebpf!.sweepSlots({ all: true });
+    expect(dp.ebpf!.v6Spill(424242n)).toBeNull();
   });
 });
