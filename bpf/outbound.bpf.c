@@ -418,7 +418,7 @@ MC_INLINE __u32 mc_slotted_addr4(void *ctx, struct bpf_sock *sk, __u64 netns, co
  * mc_v6spill.at redirected IPv6 connections open there, so ::1's one port
  * range is never where a pod runs out before it would under iptables. The
  * hash is mc_slot_hash4's over the four words (src/explain/kernel-verdict.ts
- * computes the same, slotHash6); a slot is never 0.
+ * computes the same, slotCandidates6); a slot is never 0.
  */
 MC_INLINE __u32 mc_slot_hash6(const __u32 w[4], __u16 dport, __u32 probe)
 {
@@ -493,15 +493,20 @@ MC_INLINE __u32 mc_slotted_addr6(void *ctx, struct bpf_sock *sk, __u64 netns, co
 	struct mc_v6spill *sp = bpf_map_lookup_elem(&mc_v6spill, &netns);
 	__u32 slot;
 
-	/* from the pod's own address (bound here, or by the app): the only
-	 * peer the inbound program and getsockopt accept on a slot */
-	if (sp && sp->open >= sp->at && (mc_is_unspecified(src) || mc_is_pod_addr(pod, src)) && (mc_wildcard_listener(netns, pod, 6) || mc_lookup_listener6(ctx, pod, to))) {
+	if (!sp || sp->open < sp->at)
+		goto loopback;
+	/* from the pod's own address (bound by mc_bind_pod6, or by the app): the
+	 * only peer the inbound program and getsockopt accept on a slot */
+	if (!(mc_is_unspecified(src) ? pod->n_addr6 > 0 : mc_is_pod_addr(pod, src)))
+		goto loopback;
+	if (mc_wildcard_listener(netns, pod, 6) || mc_lookup_listener6(ctx, pod, to)) {
 		slot = mc_slot_claim6(netns, (const __u32 *)dst, dport, to);
 		if (slot) {
 			bpf_sk_storage_delete(&mc_apporig, sk);
 			return bpf_htonl(slot);
 		}
 	}
+loopback:
 	mc_keep_orig(sk, orig);
 	return 0;
 }
