@@ -159,11 +159,12 @@ export class Lab {
 }
 
 /**
- * Runs a Python script in the netns as an ordinary app (uid 1000, not the
- * proxy's), and returns what it printed as JSON; fails with its stderr.
+ * Runs a Python script (with args) in the netns as an ordinary app (uid
+ * 1000, not the proxy's), and returns what it printed as JSON; fails with
+ * its stderr.
  */
-export async function appPython<T>(ns: string, script: string, timeoutMs = 60_000): Promise<T> {
-  const r = await execa('ip', ['netns', 'exec', ns, 'setpriv', '--reuid=1000', '--regid=1000', '--clear-groups', '/usr/bin/python3', '-c', script], { reject: false, timeout: scaled(timeoutMs) });
+export async function appPython<T>(ns: string, script: string, o: { args?: string[]; timeoutMs?: number } = {}): Promise<T> {
+  const r = await execa('ip', ['netns', 'exec', ns, 'setpriv', '--reuid=1000', '--regid=1000', '--clear-groups', '/usr/bin/python3', '-c', script, ...(o.args ?? [])], { reject: false, timeout: scaled(o.timeoutMs ?? 60_000) });
   if (r.exitCode !== 0) throw new Error(`the app's script in ${ns} exited ${r.exitCode ?? r.signal}: ${r.stderr.trim()}`);
   return JSON.parse(r.stdout) as T;
 }

@@ -7,11 +7,10 @@
 // happened). A kernel that refuses the optional peername.bpf.o (hooks are
 // 5.8+) must give the documented loopback view instead, never a wrong one.
 import { existsSync } from 'node:fs';
-import { execa } from 'execa';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { pinLayout } from '../../../src/loader/manifest.js';
 import { describeModes, makeDriver, type Driver } from '../../helpers/datapaths.js';
-import { Lab, scaled } from '../../helpers/lab.js';
+import { appPython, Lab, scaled } from '../../helpers/lab.js';
 import { istioCapture } from '../../helpers/pods.js';
 
 const POD4 = '198.18.24.1';
@@ -68,9 +67,7 @@ describeModes('what the app sees of its redirected sockets, %s mode', (mode) => 
 
   it('getpeername is the original destination and getsockname the pod address, as under REDIRECT', async () => {
     const before = proxy.accepts().filter((a) => a.listener !== 'inbound').length;
-    const r = await execa('ip', ['netns', 'exec', pod.name, 'setpriv', '--reuid=1000', '--regid=1000', '--clear-groups', '/usr/bin/python3', '-c', PROBE], { reject: false });
-    expect(r.exitCode, r.stderr).toBe(0);
-    const v = JSON.parse(r.stdout) as Record<string, { peer: [string, number]; sock: [string, number] }>;
+    const v = await appPython<Record<string, { peer: [string, number]; sock: [string, number] }>>(pod.name, PROBE);
     // the three TCP connections were captured: the proxy accepted them
     for (let i = 0; i < 20 && proxy.accepts().filter((a) => a.listener !== 'inbound').length < before + 3; i++) await new Promise((res) => setTimeout(res, 50));
     expect(proxy.accepts().filter((a) => a.listener !== 'inbound').length).toBe(before + 3);

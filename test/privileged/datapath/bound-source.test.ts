@@ -9,11 +9,10 @@
 // yet, so the kernel takes the socket as unbound): the proxy saw 198.18.25.1.
 // Both modes, the same expectations.
 import { existsSync } from 'node:fs';
-import { execa } from 'execa';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { pinLayout } from '../../../src/loader/manifest.js';
 import { describeModes, makeDriver, type Driver } from '../../helpers/datapaths.js';
-import { Lab, scaled } from '../../helpers/lab.js';
+import { appPython, Lab, scaled } from '../../helpers/lab.js';
 import { istioCapture } from '../../helpers/pods.js';
 
 const POD4 = '198.18.25.1';
@@ -92,9 +91,7 @@ describeModes('a socket the app bound keeps its source address, %s mode', (mode)
 
   it('the proxy sees the bound address (IP_BIND_ADDRESS_NO_PORT or a fixed port), SO_ORIGINAL_DST and getpeername stay exact', async () => {
     const before = proxy.accepts().length;
-    const r = await execa('ip', ['netns', 'exec', pod.name, 'setpriv', '--reuid=1000', '--regid=1000', '--clear-groups', '/usr/bin/python3', '-c', PROBE, JSON.stringify(CASES)], { reject: false, timeout: scaled(30_000) });
-    expect(r.exitCode, r.stderr).toBe(0);
-    const v = JSON.parse(r.stdout) as Record<string, { sock: [string, number]; peer: [string, number]; data: string }>;
+    const v = await appPython<Record<string, { sock: [string, number]; peer: [string, number]; data: string }>>(pod.name, PROBE, { args: [JSON.stringify(CASES)], timeoutMs: 30_000 });
     for (let i = 0; i < scaled(40) && proxy.accepts().length < before + CASES.length; i++) await new Promise((res) => setTimeout(res, 50));
     const accepts = proxy.accepts().slice(before);
     const hooked = mode === 'iptables' || existsSync(pinLayout(dp.ebpf!.pinRoot).link('mc_getpeername4'));

@@ -14,7 +14,7 @@ import { MAP, mcSlot, mcSlotKey } from '../../../src/maps/layout.js';
 import * as bpf from '../../../src/native/addon.js';
 import { netnsCookie } from '../../../src/pod-netns.js';
 import { describeEbpf, makeDriver, type Driver } from '../../helpers/datapaths.js';
-import { Lab, scaled } from '../../helpers/lab.js';
+import { appPython, Lab, scaled } from '../../helpers/lab.js';
 import { istioCapture } from '../../helpers/pods.js';
 
 const POD = '198.18.29.1';
@@ -43,11 +43,8 @@ describeEbpf('eBPF mode: destination slots name each redirected IPv4 destination
   let cookie: bigint;
   let slotFd: number;
 
-  const connect = async (ns: string, dst: string, port: number) => {
-    const r = await execa('ip', ['netns', 'exec', ns, 'setpriv', '--reuid=1000', '--regid=1000', '--clear-groups', '/usr/bin/python3', '-c', CONNECT, dst, String(port)], { reject: false, timeout: scaled(20_000) });
-    expect(r.exitCode, r.stderr).toBe(0);
-    return JSON.parse(r.stdout) as { peer: [string, number]; sock: [string, number]; got: string };
-  };
+  const connect = (ns: string, dst: string, port: number) =>
+    appPython<{ peer: [string, number]; sock: [string, number]; got: string }>(ns, CONNECT, { args: [dst, String(port)], timeoutMs: 20_000 });
   /** The pod's slots, slot -> "addr:port>to". */
   const slots = (c = cookie) => new Map([...dp.ebpf!.slotsOf(c)].map(([s, v]) => {
     const d = mcSlot.decode(v);
