@@ -249,16 +249,20 @@ MC_INLINE void mc_bind_pod6(struct bpf_sock_addr *ctx, const struct mc_pod *pod,
  * version before picked for it), probed MC_SLOT_PROBES times.
  * src/explain/kernel-verdict.ts computes the same (slotHash4).
  */
-MC_INLINE __u32 mc_slot_hash4(__u32 ip_be, __u16 dport, __u32 probe)
+/* The probe's mix of a destination's hash input (both families). */
+MC_INLINE __u32 mc_slot_mix(__u32 x, __u32 probe)
 {
-	__u32 x = bpf_ntohl(ip_be) ^ ((__u32)dport << 16 | dport);
-
 	x += probe * 0x632be5ab;
 	x *= 0x9e3779b1;
 	x ^= x >> 15;
 	x *= 0x85ebca77;
 	x ^= x >> 13;
-	return x & 0x00ffffff;
+	return x;
+}
+
+MC_INLINE __u32 mc_slot_hash4(__u32 ip_be, __u16 dport, __u32 probe)
+{
+	return mc_slot_mix(bpf_ntohl(ip_be) ^ ((__u32)dport << 16 | dport), probe) & 0x00ffffff;
 }
 
 #define MC_EEXIST 17
@@ -417,19 +421,14 @@ MC_INLINE __u32 mc_slotted_addr4(void *ctx, struct bpf_sock *sk, __u64 netns, co
  * the app's TIME_WAIT ports; a slot address in 100::/64 once the pod has
  * mc_v6spill.at redirected IPv6 connections open there, so ::1's one port
  * range is never where a pod runs out before it would under iptables. The
- * hash is mc_slot_hash4's over the four words (src/explain/kernel-verdict.ts
+ * hash is mc_slot_hash4's mix over the four words (src/explain/kernel-verdict.ts
  * computes the same, slotCandidates6); a slot is never 0.
  */
 MC_INLINE __u32 mc_slot_hash6(const __u32 w[4], __u16 dport, __u32 probe)
 {
-	__u32 x = bpf_ntohl(w[0]) ^ (bpf_ntohl(w[1]) * 0x85ebca77) ^ (bpf_ntohl(w[2]) * 0xc2b2ae35) ^ bpf_ntohl(w[3]) ^
-		  ((__u32)dport << 16 | dport);
+	__u32 x = mc_slot_mix(bpf_ntohl(w[0]) ^ (bpf_ntohl(w[1]) * 0x85ebca77) ^ (bpf_ntohl(w[2]) * 0xc2b2ae35) ^
+				  bpf_ntohl(w[3]) ^ ((__u32)dport << 16 | dport), probe);
 
-	x += probe * 0x632be5ab;
-	x *= 0x9e3779b1;
-	x ^= x >> 15;
-	x *= 0x85ebca77;
-	x ^= x >> 13;
 	return x ? x : 1;
 }
 

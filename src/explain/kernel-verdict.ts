@@ -10,7 +10,7 @@ import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import { pinLayout } from '../loader/manifest.js';
 import {
-  CidrKind, MAP, MC_CIDR_KEY_BITS, MC_LISTEN_SLOTS, MC_PORT_RANGES, PodFlag, PortKind,
+  CidrKind, MAP, MAPS_ADDED_LATER, MC_CIDR_KEY_BITS, MC_LISTEN_SLOTS, MC_PORT_RANGES, PodFlag, PortKind,
   mcCidrKey, mcListenKey, mcPod, mcPortKey, mcPortRange, mcPortRangeKey, mcSlot, mcSlot6, mcSlotKey, mcV6Spill, u64Key,
   type McPod, type McSlot, type McSlot6, type McV6Spill,
 } from '../maps/layout.js';
@@ -52,7 +52,7 @@ export class PinnedPodMaps implements PodMapReader {
     try {
       for (const name of [MAP.pods, MAP.ports, MAP.portranges, MAP.cidrs, MAP.listen, MAP.dstslot, MAP.dstslot6, MAP.v6spill]) {
         // an older datapath: no ranges, no slots
-        if ((name === MAP.portranges || name === MAP.dstslot || name === MAP.dstslot6 || name === MAP.v6spill) && !existsSync(path.join(dir, name))) continue;
+        if (MAPS_ADDED_LATER.has(name) && !existsSync(path.join(dir, name))) continue;
         this.fds.set(name, bpf.objGet(path.join(dir, name)));
       }
     } catch (e) {
@@ -130,16 +130,19 @@ export class PinnedPodMaps implements PodMapReader {
  * them.
  */
 export const MC_SLOT_PROBES = 4;
+/** mc_slot_mix in bpf/outbound.bpf.c: the probe's mix of a destination's hash input (both families). */
+function slotMix(x: number, probe: number): number {
+  x = (x + Math.imul(probe, 0x632be5ab)) >>> 0;
+  x = Math.imul(x, 0x9e3779b1) >>> 0;
+  x = (x ^ (x >>> 15)) >>> 0;
+  x = Math.imul(x, 0x85ebca77) >>> 0;
+  return (x ^ (x >>> 13)) >>> 0;
+}
+
 export function slotCandidates4(addr: Buffer, port: number): number[] {
   const out: number[] = [];
   for (let probe = 0; probe < MC_SLOT_PROBES; probe++) {
-    let x = (addr.readUInt32BE(0) ^ ((port << 16) | port)) >>> 0;
-    x = (x + Math.imul(probe, 0x632be5ab)) >>> 0;
-    x = Math.imul(x, 0x9e3779b1) >>> 0;
-    x = (x ^ (x >>> 15)) >>> 0;
-    x = Math.imul(x, 0x85ebca77) >>> 0;
-    x = (x ^ (x >>> 13)) >>> 0;
-    x &= 0xffffff;
+    const x = slotMix((addr.readUInt32BE(0) ^ ((port << 16) | port)) >>> 0, probe) & 0xffffff;
     if (x === 0 || x === 1 || x === 6 || x === 0xffffff) continue;
     out.push(x);
   }
@@ -166,17 +169,25 @@ export function spreadLoopback4(addr: Buffer, port: number): string {
  * the slot that names it, else the first free candidate (the connect claims
  * it), else 127.0.0.1 (every candidate names another destination).
  */
-export function slotFor4(maps: PodMapReader, netns: bigint, addr: Buffer, port: number, to: number): { address: string; slot: 'has' | 'free' | 'none' } {
+export function slotFor4(maps: PodMapReader, netns: bigint, addr: Buffer, port: number, to: number): SlotChoice {
+  return pickSlot(slotCandidates4(addr, port), (c) => maps.slot(netns, c), { addr, port, to }, slotAddress, '127.0.0.1');
+}
+
+type SlotChoice = { address: string; slot: 'has' | 'free' | 'none' };
+
+/** As mc_slot_claim4/6 choose: the candidate that names the destination, else the first free one, else none (`fallback`). */
+function pickSlot(candidates: number[], read: (slot: number) => { addr: Buffer; port: number; to: number } | null,
+  want: { addr: Buffer; port: number; to: number }, address: (slot: number) => string, fallback: string): SlotChoice {
   let free: number | undefined;
-  for (const c of slotCandidates4(addr, port)) {
-    const v = maps.slot(netns, c);
+  for (const c of candidates) {
+    const v = read(c);
     if (!v) {
       free ??= c;
       continue;
     }
-    if (v.addr.equals(addr) && v.port === port && v.to === to) return { address: slotAddress(c), slot: 'has' };
+    if (v.addr.equals(want.addr) && v.port === want.port && v.to === want.to) return { address: address(c), slot: 'has' };
   }
-  return free === undefined ? { address: '127.0.0.1', slot: 'none' } : { address: slotAddress(free), slot: 'free' };
+  return free === undefined ? { address: fallback, slot: 'none' } : { address: address(free), slot: 'free' };
 }
 
 /**
@@ -187,12 +198,7 @@ export function slotCandidates6(addr: Buffer, port: number): number[] {
   const w = [0, 1, 2, 3].map((i) => addr.readUInt32BE(i * 4));
   const out: number[] = [];
   for (let probe = 0; probe < MC_SLOT_PROBES; probe++) {
-    let x = (w[0]! ^ Math.imul(w[1]!, 0x85ebca77) ^ Math.imul(w[2]!, 0xc2b2ae35) ^ w[3]! ^ ((port << 16) | port)) >>> 0;
-    x = (x + Math.imul(probe, 0x632be5ab)) >>> 0;
-    x = Math.imul(x, 0x9e3779b1) >>> 0;
-    x = (x ^ (x >>> 15)) >>> 0;
-    x = Math.imul(x, 0x85ebca77) >>> 0;
-    x = (x ^ (x >>> 13)) >>> 0;
+    const x = slotMix((w[0]! ^ Math.imul(w[1]!, 0x85ebca77) ^ Math.imul(w[2]!, 0xc2b2ae35) ^ w[3]! ^ ((port << 16) | port)) >>> 0, probe);
     out.push(x || 1);
   }
   return out;
@@ -207,17 +213,8 @@ export function slotAddress6(slot: number): string {
 }
 
 /** slotFor4 for IPv6: the slot that names the destination, else the first free candidate, else none. */
-export function slotFor6(maps: PodMapReader, netns: bigint, addr: Buffer, port: number, to: number): { address: string; slot: 'has' | 'free' | 'none' } {
-  let free: number | undefined;
-  for (const c of slotCandidates6(addr, port)) {
-    const v = maps.slot6?.(netns, c) ?? null;
-    if (!v) {
-      free ??= c;
-      continue;
-    }
-    if (v.addr.equals(addr) && v.port === port && v.to === to) return { address: slotAddress6(c), slot: 'has' };
-  }
-  return free === undefined ? { address: '::1', slot: 'none' } : { address: slotAddress6(free), slot: 'free' };
+export function slotFor6(maps: PodMapReader, netns: bigint, addr: Buffer, port: number, to: number): SlotChoice {
+  return pickSlot(slotCandidates6(addr, port), (c) => maps.slot6?.(netns, c) ?? null, { addr, port, to }, slotAddress6, '::1');
 }
 
 function isLoopback(a: { family: 4 | 6; bytes: Buffer }): boolean {

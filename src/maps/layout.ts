@@ -189,3 +189,6 @@ export const MAP = {
   dstslot6: 'mc_dstslot6',
   v6spill: 'mc_v6spill',
 } as const;
+
+/** Maps a datapath pinned by an older meshcap lacks: readers open them only where they exist. */
+export const MAPS_ADDED_LATER: ReadonlySet<string> = new Set([MAP.portranges, MAP.dstslot, MAP.dstslot6, MAP.v6spill]);

@@ -7,7 +7,7 @@ import path from 'node:path';
 import * as bpf from '../native/addon.js';
 import type { MapEntries } from '../native/addon.js';
 import type { CaptureConfig } from '../redirect/config.js';
-import { MAP, mcPod, mcStats, mcV6Spill, u64Key, type McPod, type McStats, type McV6Spill } from './layout.js';
+import { MAP, MAPS_ADDED_LATER, mcPod, mcStats, mcV6Spill, u64Key, type McPod, type McStats, type McV6Spill } from './layout.js';
 import { CookieMap, hexKeysByCookie, packedKeysByCookie, valuesByCookie } from './cookie-map.js';
 import { FULL, MapFullError } from './map-full.js';
 import { keyedEntries, keyTemplates, keyWithNetns, netnsOfKey, NETNS_OFFSET, podEntries, podValue, type KeyTemplate, type MapEntry, type MapName, type PodEntries } from './pod-entries.js';
@@ -59,7 +59,6 @@ export interface KeySnapshot {
 }
 
 const NO_KEYS: ReadonlySet<string> = new Set();
-const LATER_MAPS: ReadonlySet<string> = new Set([MAP.portranges, MAP.dstslot, MAP.dstslot6, MAP.v6spill]);
 const SLOT_MAPS = [MAP.dstslot, MAP.dstslot6] as const;
 /** Destination slot maps read whole, one entry per map the datapath has. */
 export type SlotEntries = { map: (typeof SLOT_MAPS)[number]; e: MapEntries }[];
@@ -89,7 +88,7 @@ export class PodMaps {
         // uninstall and DEL must still work on it (a load of this version
         // adds them; a pod with ranges is refused until then, and its IPv6
         // connections all go to ::1)
-        if (LATER_MAPS.has(name) && !existsSync(path.join(dir, name))) continue;
+        if (MAPS_ADDED_LATER.has(name) && !existsSync(path.join(dir, name))) continue;
         const fd = bpf.objGet(path.join(dir, name));
         this.fds.set(name, fd);
         const info = bpf.mapInfo(fd);

@@ -72,12 +72,15 @@ export class EbpfBackend implements PodBackend {
 
   async register(p: PodSetup): Promise<bigint> {
     const netns = p.netnsCookie ?? (await netnsCookie(p.netns));
+    const hasV6 = p.podIPs.some((ip) => ip.includes(':'));
     // IPv6 slots where its IPv6 connections are captured and the datapath has them
-    const v6Slots = p.config.enableIPv6 && p.podIPs.some((ip) => ip.includes(':')) && this.maps.hasV6Slots();
-    if (p.config.enableIPv6 || p.podIPs.some((ip) => ip.includes(':'))) await addPassthroughV6(p.netns, { slotRoute: v6Slots });
+    const v6Slots = p.config.enableIPv6 && hasV6 && this.maps.hasV6Slots();
+    if (p.config.enableIPv6 || hasV6) await addPassthroughV6(p.netns, { slotRoute: v6Slots });
     assertSupported(p.config, p.podIPs);
-    // before the pod's entries, so a full map refuses the pod with nothing of it written
-    const spill = v6Slots ? this.maps.writeV6Spill(netns, v6SpillAt(await ephemeralPorts(p.netns))) : null;
+    // before the pod's entries, so a full map refuses the pod with nothing of it
+    // written; a pod registered again keeps its entry (and the kernel's count),
+    // so its port range is read only the first time
+    const spill = v6Slots && !this.maps.v6Spill(netns) ? this.maps.writeV6Spill(netns, v6SpillAt(await ephemeralPorts(p.netns))) : null;
     try {
       this.maps.write(netns, p.config, p.podIPs);
     } catch (e) {
