@@ -5,6 +5,7 @@
 // the proxy's IPv6 inbound passthrough binds.
 import { existsSync } from 'node:fs';
 import * as bpf from './native/addon.js';
+import { isNativeError } from './native/errors.js';
 
 /** Whether a record's netns path still names the netns it was made for. */
 export type NetnsState = 'live' | 'gone' | 'replaced';
@@ -80,4 +81,36 @@ export async function ephemeralPorts(netnsPath: string): Promise<[number, number
  */
 export function v6SpillAt([low, high]: [number, number]): number {
   return Math.max(1, Math.floor((high - low + 1) / 2));
+}
+
+/**
+ * The pod's routing table for the replies of its redirected connections
+ * (`local <pod IPv4> dev lo`), looked up by `pref 0 from 127.0.0.0/8 to
+ * <pod IPv4> ipproto tcp` ahead of the local table. A redirected connection
+ * leaves from the pod's address, and the kernel caches no route to it through
+ * the pod's interface: this one it caches (native/addon/src/netns_routes.cc,
+ * docs/datapath.md). 15001 is the outbound port: the table of its replies.
+ */
+export const REPLY_ROUTE_TABLE = 15001;
+/** The route protocol meshcap's reply routes carry (`ip route show table 15001` says `proto 109`): no one else's number in iproute2's list. */
+export const REPLY_ROUTE_PROTOCOL = 109;
+
+/** Routes the replies of redirected connections to the pod's IPv4 addresses on lo; addresses the netns does not have are left alone. */
+export async function addReplyRoutes(netnsPath: string, podIPs: readonly string[]): Promise<bpf.ReplyRoutes> {
+  const v4 = podIPs.filter((ip) => !ip.includes(':'));
+  if (v4.length === 0) return { routed: [], notLocal: [], rulesRemoved: 0 };
+  return bpf.netnsReplyRoutes(netnsPath, 'add', v4, REPLY_ROUTE_TABLE, REPLY_ROUTE_PROTOCOL);
+}
+
+/** Takes addReplyRoutes' rules and routes out again; a netns that is gone has nothing to take out. */
+export async function removeReplyRoutes(netnsPath: string, podIPs: readonly string[]): Promise<number> {
+  const v4 = podIPs.filter((ip) => !ip.includes(':'));
+  if (v4.length === 0 || !existsSync(netnsPath)) return 0;
+  try {
+    return (await bpf.netnsReplyRoutes(netnsPath, 'remove', v4, REPLY_ROUTE_TABLE, REPLY_ROUTE_PROTOCOL)).rulesRemoved;
+  } catch (e) {
+    // gone between the look and the open, or a path no longer a netns (its bind mount gone)
+    if (isNativeError(e) && (e.syscall === 'open' || e.syscall === 'setns') && (e.code === 'ENOENT' || e.code === 'EINVAL')) return 0;
+    throw e;
+  }
 }

@@ -48,6 +48,8 @@ export function isNativeError(e: unknown, code?: string): e is NativeError {
 
 /** A hint for the operator where the errno has one usual cause. */
 export function hintFor(code: string, syscall: string, log?: string): string | undefined {
+  if (code === 'EPERM' && syscall.startsWith('RTM_')) return "changing a netns's routes or rules needs CAP_NET_ADMIN (the agent's DaemonSet grants it)";
+  if (code === 'EINVAL' && syscall === 'RTM_NEWRULE') return 'a rule that matches ipproto needs Linux >= 4.17';
   if (code === 'EPERM') {
     return 'needs root or CAP_BPF (+ CAP_NET_ADMIN for network program types, CAP_SYS_ADMIN for cgroup/netns attach)';
   }

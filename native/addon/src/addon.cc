@@ -15,6 +15,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitInfo(env, exports);
   InitProbes(env, exports);
   InitNetnsCookie(env, exports);
+  InitNetnsRoutes(env, exports);
   InitOrigDst(env, exports);
   InitPidfd(env, exports);
   InitConsts(env, exports);

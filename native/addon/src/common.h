@@ -84,6 +84,7 @@ void InitMaps(Napi::Env env, Napi::Object exports);
 void InitInfo(Napi::Env env, Napi::Object exports);
 void InitProbes(Napi::Env env, Napi::Object exports);
 void InitNetnsCookie(Napi::Env env, Napi::Object exports);
+void InitNetnsRoutes(Napi::Env env, Napi::Object exports);
 void InitOrigDst(Napi::Env env, Napi::Object exports);
 void InitPidfd(Napi::Env env, Napi::Object exports);
 void InitConsts(Napi::Env env, Napi::Object exports);

@@ -35,6 +35,10 @@ describe('NativeError', () => {
     expect(new NativeError({ code: 'ENOENT', errno: 2, syscall: 'bpf_obj_pin', object: '/sys/fs/bpf/x/y' }).message).toMatch(/bpffs not mounted/);
     expect(new NativeError({ code: 'ENOPROTOOPT', errno: 92, syscall: 'getsockopt(SO_NETNS_COOKIE)' }).message).toMatch(/5\.14/);
     expect(hintFor('EAGAIN', 'bpf_map_get_next_key')).toBeUndefined();
+    // a netns's routes: the capability, not a BPF one
+    expect(new NativeError({ code: 'EPERM', errno: 1, syscall: 'RTM_NEWROUTE', object: '/run/netns/x: local 198.18.0.2 dev lo table 15001' }).message).toMatch(/CAP_NET_ADMIN/);
+    expect(hintFor('EPERM', 'RTM_NEWRULE')).not.toMatch(/CAP_BPF/);
+    expect(hintFor('EINVAL', 'RTM_NEWRULE')).toMatch(/4\.17/);
   });
 
   it('names the rejected program and the verifier reason', () => {
