@@ -77,32 +77,32 @@ export class EbpfBackend implements PodBackend {
     const v6Slots = p.config.enableIPv6 && hasV6 && this.maps.hasV6Slots();
     if (p.config.enableIPv6 || hasV6) await addPassthroughV6(p.netns, { slotRoute: v6Slots });
     assertSupported(p.config, p.podIPs);
-    // The replies' route is a thread in the pod's netns: it runs while the
-    // maps are written and the stub linked (awaited below, so never unhandled).
-    const replies = addReplyRoutes(p.netns, p.podIPs);
-    replies.catch(() => undefined);
+    // before the pod's entries, so a full map refuses the pod with nothing of it
+    // written; a pod registered again keeps its entry (and the kernel's count),
+    // so its port range is read only the first time
+    const spill = v6Slots && !this.maps.v6Spill(netns) ? this.maps.writeV6Spill(netns, v6SpillAt(await ephemeralPorts(p.netns))) : null;
     try {
-      // before the pod's entries, so a full map refuses the pod with nothing of it
-      // written; a pod registered again keeps its entry (and the kernel's count),
-      // so its port range is read only the first time
-      const spill = v6Slots && !this.maps.v6Spill(netns) ? this.maps.writeV6Spill(netns, v6SpillAt(await ephemeralPorts(p.netns))) : null;
-      try {
-        this.maps.write(netns, p.config, p.podIPs);
-      } catch (e) {
-        if (spill === 'created') this.maps.removeV6Spill(netns);
-        throw e;
-      }
-      if (p.config.parsed.inboundCapture) {
-        await attachPodInbound(this.pinRoot, netns, p.netns, this.inboundPool);
-      } else {
-        detachPodInbound(this.pinRoot, netns);
-      }
-      await replies.catch((e: unknown) => {
-        throw new Error(`cannot route the replies of redirected connections on lo (table ${REPLY_ROUTE_TABLE}): ${e instanceof Error ? e.message : String(e)}`, { cause: e });
-      });
+      this.maps.write(netns, p.config, p.podIPs);
     } catch (e) {
-      await replies.then(() => removeReplyRoutes(p.netns, p.podIPs)).catch(() => undefined);
+      if (spill === 'created') this.maps.removeV6Spill(netns);
       throw e;
+    }
+    if (p.config.parsed.inboundCapture) {
+      await attachPodInbound(this.pinRoot, netns, p.netns, this.inboundPool);
+    } else {
+      detachPodInbound(this.pinRoot, netns);
+    }
+    try {
+      addReplyRoutes(p.netns, p.podIPs);
+    } catch (e) {
+      // a failed ADD leaves nothing of the pod (its runtime tears it down)
+      try {
+        removeReplyRoutes(p.netns, p.podIPs);
+      } catch {
+        // the error below says what failed first
+      }
+      this.remove(netns, p.netns);
+      throw new Error(`cannot route the replies of redirected connections on lo (table ${REPLY_ROUTE_TABLE}): ${e instanceof Error ? e.message : String(e)}`, { cause: e });
     }
     return netns;
   }
@@ -111,7 +111,7 @@ export class EbpfBackend implements PodBackend {
     // Keyed by cookie: works without the netns (the sk_lookup link is defunct then).
     if (cookie === null) throw new Error('eBPF record without a netns cookie');
     this.remove(cookie, p.netns);
-    await removeReplyRoutes(p.netns, p.podIPs);
+    removeReplyRoutes(p.netns, p.podIPs);
     return 'removed';
   }
 

@@ -9,7 +9,7 @@
 // pod's own connection to its address still arrives on its interface, where
 // a listener bound to that interface takes it (a plain `local <pod> dev lo`
 // route in the local table would refuse it: this test fails with one).
-import { existsSync } from 'node:fs';
+import { existsSync, readlinkSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadDatapath, uninstallDatapath } from '../../../src/loader/datapath.js';
 import * as bpf from '../../../src/native/addon.js';
@@ -123,8 +123,21 @@ describeEbpf('the replies of redirected connections route on lo, for TCP from 12
     expect(await table(lab, pod.name)).toBe('');
     // again: nothing to take out
     await be.unregister(setup(), cookie);
+    expect(readlinkSync('/proc/thread-self/ns/net')).toBe(ownNetns);
   });
 });
+
+// The JS thread's netns: each call steps into the pod's for one socket() and back.
+const ownNetns = readlinkSync('/proc/thread-self/ns/net');
+
+const thrown = (f: () => unknown): unknown => {
+  try {
+    f();
+  } catch (e) {
+    return e;
+  }
+  throw new Error('did not throw');
+};
 
 describe('netnsReplyRoutes refuses what it must not touch', () => {
   it('refuses the kernel\'s own tables, protocols below 5 and a bad op, as a TypeError', () => {
@@ -137,13 +150,15 @@ describe('netnsReplyRoutes refuses what it must not touch', () => {
     const lab = new Lab();
     try {
       const ns = await lab.netns('replyrtbad');
-      await expect(bpf.netnsReplyRoutes(ns.path, 'add', ['2001:db8::1'], REPLY_ROUTE_TABLE, REPLY_ROUTE_PROTOCOL)).rejects.toMatchObject({ code: 'EINVAL', message: expect.stringContaining('2001:db8::1') });
+      expect(thrown(() => bpf.netnsReplyRoutes(ns.path, 'add', ['2001:db8::1'], REPLY_ROUTE_TABLE, REPLY_ROUTE_PROTOCOL))).toMatchObject({ code: 'EINVAL', message: expect.stringContaining('2001:db8::1') });
     } finally {
       await lab.cleanup();
     }
     const gone = '/run/netns/meshcap-test-no-such-netns';
     expect(existsSync(gone)).toBe(false);
-    await expect(bpf.netnsReplyRoutes(gone, 'add', [POD], REPLY_ROUTE_TABLE, REPLY_ROUTE_PROTOCOL)).rejects.toMatchObject({ code: 'ENOENT', syscall: 'open' });
+    expect(thrown(() => bpf.netnsReplyRoutes(gone, 'add', [POD], REPLY_ROUTE_TABLE, REPLY_ROUTE_PROTOCOL))).toMatchObject({ code: 'ENOENT', syscall: 'open' });
+    // the calling (JS) thread is back in its own netns after each
+    expect(readlinkSync('/proc/thread-self/ns/net')).toBe(ownNetns);
   });
 });
 
