@@ -96,21 +96,20 @@ export const REPLY_ROUTE_TABLE = 15001;
 export const REPLY_ROUTE_PROTOCOL = 109;
 
 /** Routes the replies of redirected connections to the pod's IPv4 addresses on lo; addresses the netns does not have are left alone. */
-export function addReplyRoutes(netnsPath: string, podIPs: readonly string[]): bpf.ReplyRoutes {
+export function addReplyRoutes(netnsPath: string, podIPs: readonly string[]): void {
   const v4 = podIPs.filter((ip) => !ip.includes(':'));
-  if (v4.length === 0) return { routed: [], notLocal: [], rulesRemoved: 0 };
-  return bpf.netnsReplyRoutes(netnsPath, 'add', v4, REPLY_ROUTE_TABLE, REPLY_ROUTE_PROTOCOL);
+  if (v4.length > 0) bpf.netnsReplyRoutes(netnsPath, 'add', v4, REPLY_ROUTE_TABLE, REPLY_ROUTE_PROTOCOL);
 }
 
 /** Takes addReplyRoutes' rules and routes out again; a netns that is gone has nothing to take out. */
-export function removeReplyRoutes(netnsPath: string, podIPs: readonly string[]): number {
+export function removeReplyRoutes(netnsPath: string, podIPs: readonly string[]): void {
   const v4 = podIPs.filter((ip) => !ip.includes(':'));
-  if (v4.length === 0 || !existsSync(netnsPath)) return 0;
+  if (v4.length === 0 || !existsSync(netnsPath)) return;
   try {
-    return bpf.netnsReplyRoutes(netnsPath, 'remove', v4, REPLY_ROUTE_TABLE, REPLY_ROUTE_PROTOCOL).rulesRemoved;
+    bpf.netnsReplyRoutes(netnsPath, 'remove', v4, REPLY_ROUTE_TABLE, REPLY_ROUTE_PROTOCOL);
   } catch (e) {
     // gone between the look and the open, or a path no longer a netns (its bind mount gone)
-    if (isNativeError(e) && (e.syscall === 'open' || e.syscall === 'setns') && (e.code === 'ENOENT' || e.code === 'EINVAL')) return 0;
+    if (isNativeError(e) && (e.syscall === 'open' || e.syscall === 'setns') && (e.code === 'ENOENT' || e.code === 'EINVAL')) return;
     throw e;
   }
 }

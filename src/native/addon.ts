@@ -183,7 +183,7 @@ interface Binding {
   probeAttach(progType: number, expectedAttachType: number, targetPath: string): ProbeAttachResult;
   netnsCookie(netnsPath: string): Promise<bigint>;
   netnsReadSysctl(netnsPath: string, file: string): Promise<string>;
-  netnsReplyRoutes(netnsPath: string, op: 'add' | 'remove', addrs: string[], table: number, protocol: number): ReplyRoutes;
+  netnsReplyRoutes(netnsPath: string, op: 'add' | 'remove', addrs: string[], table: number, protocol: number): void;
   getOriginalDst(fd: number, level: 'ipv4' | 'ipv6'): OriginalDst;
   setTransparent(fd: number, level: 'ipv4' | 'ipv6'): void;
   takeFd(pid: number, fd: number): number;
@@ -411,21 +411,14 @@ export function netnsCookie(netnsPath: string): Promise<bigint> {
 export function netnsReadSysctl(netnsPath: string, file: string): Promise<string> {
   return native.netnsReadSysctl(netnsPath, file);
 }
-/** What netnsReplyRoutes did: addresses routed (add), left alone as not local to the netns (add), rules removed (remove). */
-export interface ReplyRoutes {
-  routed: string[];
-  notLocal: string[];
-  rulesRemoved: number;
-}
-
 /**
  * The route of redirected connections' replies to the pod's IPv4 addresses,
- * on lo, for TCP from 127.0.0.0/8 (native/addon/src/netns_routes.cc), added
- * or removed over rtnetlink through a socket made in the netns (the calling
+ * on lo, for TCP from 127.0.0.0/8 (native/addon/src/netns_routes.cc; an
+ * address the netns does not have is left alone), added or removed over rtnetlink through a socket made in the netns (the calling
  * thread steps into it for the socket() alone): synchronous, ~0.1 ms.
  */
-export function netnsReplyRoutes(netnsPath: string, op: 'add' | 'remove', addrs: string[], table: number, protocol: number): ReplyRoutes {
-  return native.netnsReplyRoutes(netnsPath, op, addrs, table, protocol);
+export function netnsReplyRoutes(netnsPath: string, op: 'add' | 'remove', addrs: string[], table: number, protocol: number): void {
+  native.netnsReplyRoutes(netnsPath, op, addrs, table, protocol);
 }
 export function getOriginalDst(fd: number, level: 'ipv4' | 'ipv6'): OriginalDst {
   return native.getOriginalDst(fd, level);

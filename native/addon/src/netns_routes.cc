@@ -16,7 +16,7 @@
 // kernel's route.
 //
 // add:    a route `local ADDR dev lo src ADDR` in `table` for each address the
-//         netns has as local (others are returned in notLocal), a rule
+//         netns has as local (others are left alone), a rule
 //         `pref 0 from 127.0.0.0/8 to ADDR ipproto tcp lookup table` for each,
 //         and the rules placed before the local table's (which moves after
 //         them, still at pref 0: moving it to another pref would put rules a
@@ -77,15 +77,15 @@ class Rtnl {
     h->nlmsg_seq = ++seq_;
     bool dump = (h->nlmsg_flags & NLM_F_DUMP) == NLM_F_DUMP;
     if (send(fd_, msg.data(), msg.size(), 0) < 0) return errno;
-    std::vector<uint8_t> buf(32768);
+    if (buf_.empty()) buf_.resize(32768);
     for (;;) {
-      ssize_t n = recv(fd_, buf.data(), buf.size(), 0);
+      ssize_t n = recv(fd_, buf_.data(), buf_.size(), 0);
       if (n < 0) {
         if (errno == EINTR) continue;
         return errno;
       }
       int len = static_cast<int>(n);
-      for (auto* r = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(r, len); r = NLMSG_NEXT(r, len)) {
+      for (auto* r = reinterpret_cast<nlmsghdr*>(buf_.data()); NLMSG_OK(r, len); r = NLMSG_NEXT(r, len)) {
         if (r->nlmsg_seq != seq_) continue;
         if (r->nlmsg_type == NLMSG_DONE) return 0;
         if (r->nlmsg_type == NLMSG_ERROR) {
@@ -102,6 +102,7 @@ class Rtnl {
  private:
   int fd_ = -1;
   uint32_t seq_ = 0;
+  std::vector<uint8_t> buf_;  // answers, kept for the requests that follow
 };
 
 void PutAttr(std::vector<uint8_t>& msg, uint16_t type, const void* data, size_t len) {
@@ -125,11 +126,12 @@ std::vector<uint8_t> Message(uint16_t type, uint16_t flags, const Body& body) {
 }
 
 constexpr uint32_t kLoopbackNet = 0x7f000000;  // 127.0.0.0/8, host order
+// lo in every netns (LOOPBACK_IFINDEX): the first device a netns gets
+constexpr uint32_t kLoopbackIfindex = 1;
 
 // A rule as the dump lists it: only what tells ours and the local table's apart.
 struct RuleSeen {
   uint32_t table = 0;
-  uint32_t pref = 0;
   uint8_t srcLen = 0, dstLen = 0;
   uint32_t src = 0, dst = 0;  // network order
   bool selectors = false;     // anything else (iif, fwmark, ...) set
@@ -143,19 +145,9 @@ class ReplyRoutes {
   // Runs on the calling (JS) thread: the 4-5 requests of a first add take
   // ~40 us of kernel time, less than a hop to the libuv pool, whose threads
   // the inbound pool's refills keep busy in a burst of ADDs.
-  Napi::Value Result(Napi::Env env) {
+  void RunOrThrow(Napi::Env env) {
     Run();
     if (err_) ThrowNativeError(env, err_, syscall_, path_ + (what_.empty() ? "" : ": " + what_));
-    Napi::Object o = Napi::Object::New(env);
-    auto list = [&](const std::vector<std::string>& v) {
-      Napi::Array a = Napi::Array::New(env, v.size());
-      for (size_t i = 0; i < v.size(); i++) a.Set(static_cast<uint32_t>(i), Napi::String::New(env, v[i]));
-      return a;
-    };
-    o.Set("routed", list(routed_));
-    o.Set("notLocal", list(notLocal_));
-    o.Set("rulesRemoved", Napi::Number::New(env, rulesRemoved_));
-    return o;
   }
 
  private:
@@ -191,8 +183,6 @@ class ReplyRoutes {
     if (setns(self, CLONE_NEWNET) < 0) std::abort();
     close(self);
     if (opened != 0) return void(Fail(opened, "socket(NETLINK_ROUTE)", ""));
-    // lo is ifindex 1 in every netns (LOOPBACK_IFINDEX): the first device a netns gets
-    lo_ = 1;
     std::vector<uint32_t> addrs;
     for (const auto& s : addrs_) {
       in_addr a{};
@@ -232,7 +222,7 @@ class ReplyRoutes {
     PutAttr(msg, RTA_DST, &addr, 4);
     PutU32(msg, RTA_TABLE, table_);
     if (type == RTM_NEWROUTE) {
-      PutU32(msg, RTA_OIF, lo_);
+      PutU32(msg, RTA_OIF, kLoopbackIfindex);
       PutAttr(msg, RTA_PREFSRC, &addr, 4);
     }
     int r = nl_.Request(msg);
@@ -297,7 +287,6 @@ class ReplyRoutes {
         const void* d = RTA_DATA(a);
         switch (a->rta_type) {
           case FRA_TABLE: std::memcpy(&s.table, d, 4); break;
-          case FRA_PRIORITY: std::memcpy(&s.pref, d, 4); break;
           case FRA_SRC: std::memcpy(&s.src, d, 4); break;
           case FRA_DST: std::memcpy(&s.dst, d, 4); break;
           case FRA_IIFNAME: case FRA_OIFNAME: case FRA_FWMARK: case FRA_UID_RANGE: case FRA_L3MDEV:
@@ -336,15 +325,11 @@ class ReplyRoutes {
       bool local = false;
       if (!IsLocal(a, &local)) return;
       // an address the netns does not have is not made local here
-      if (!local) {
-        notLocal_.push_back(Ip(a));
-        continue;
-      }
+      if (!local) continue;
       bool added = false;
       if (!Route(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE, a) || !OurRule(RTM_NEWRULE, a, &added)) return;
       if (!added) existed = true;
       ours.push_back(a);
-      routed_.push_back(Ip(a));
     }
     if (ours.empty()) return;
     if (!existed) {
@@ -373,11 +358,9 @@ class ReplyRoutes {
     // where there were none of ours, the one that was there (the second,
     // just added, stays). Either way the pod ends with the rules it had.
     if (!LocalRule(RTM_NEWRULE)) return;
-    for (uint32_t a : addrs) {
-      bool removed = false;
+    bool removed = false;
+    for (uint32_t a : addrs)
       if (!OurRule(RTM_DELRULE, a, &removed)) return;
-      if (removed) rulesRemoved_++;
-    }
     if (!LocalRule(RTM_DELRULE)) return;
     for (uint32_t a : addrs)
       if (!Route(RTM_DELROUTE, 0, a)) return;
@@ -395,9 +378,6 @@ class ReplyRoutes {
   uint32_t table_;
   uint8_t protocol_;
   Rtnl nl_;
-  unsigned lo_ = 0;
-  std::vector<std::string> routed_, notLocal_;
-  int rulesRemoved_ = 0;
   int err_ = 0;
   const char* syscall_ = "";
   std::string what_;
@@ -424,7 +404,8 @@ Napi::Value NetnsReplyRoutes(const Napi::CallbackInfo& info) {
   if (protocol <= RTPROT_STATIC || protocol > 255)
     ThrowType(env, "netnsReplyRoutes: protocol must be 5..255 (a route protocol of its own), got " + std::to_string(protocol));
   ReplyRoutes r(path, op == "add", std::move(addrs), table, static_cast<uint8_t>(protocol));
-  return r.Result(env);
+  r.RunOrThrow(env);
+  return env.Undefined();
 }
 
 }  // namespace
