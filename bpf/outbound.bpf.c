@@ -110,6 +110,18 @@ MC_INLINE void mc_keep_orig(struct bpf_sock *sk, const struct mc_orig *orig)
 }
 
 /*
+ * Drop what an earlier connect() of this socket left in its storage. Looked
+ * up first: bpf_sk_storage_delete takes and puts a socket reference (two
+ * atomics) even when there is nothing to delete, which is every socket but
+ * a retried one.
+ */
+MC_INLINE void mc_drop_orig(struct bpf_sock *sk)
+{
+	if (bpf_sk_storage_get(&mc_apporig, sk, 0, 0))
+		bpf_sk_storage_delete(&mc_apporig, sk);
+}
+
+/*
  * Decide, remember the original destination, and return the new port (0:
  * untouched). *slotted: a TCP connection to the outbound port, whose
  * original destination the caller names by a slot (IPv4: mc_loopback_for4;
@@ -150,10 +162,9 @@ MC_INLINE __u16 mc_connect(struct bpf_sock_addr *ctx, struct bpf_sock *sk, __u64
 	default:
 		/* Not redirected: forget what an earlier connect() of this socket
 		 * (a failed TCP connect retried elsewhere, a UDP socket connected
-		 * again) left, so nothing stale answers for the new destination.
-		 * (A socket without storage costs a NULL check.) */
+		 * again) left, so nothing stale answers for the new destination. */
 		if (tcp)
-			bpf_sk_storage_delete(&mc_apporig, sk);
+			mc_drop_orig(sk);
 		else
 			bpf_map_delete_elem(&mc_dnsorig, &cookie);
 		return 0;
@@ -412,7 +423,7 @@ MC_INLINE __u32 mc_slotted_addr4(void *ctx, struct bpf_sock *sk, __u64 netns, co
 	if (a == bpf_htonl(0x7f000001))
 		mc_keep_orig(sk, orig);
 	else
-		bpf_sk_storage_delete(&mc_apporig, sk);
+		mc_drop_orig(sk);
 	return a;
 }
 
@@ -501,7 +512,7 @@ MC_INLINE __u32 mc_slotted_addr6(void *ctx, struct bpf_sock *sk, __u64 netns, co
 	if (mc_wildcard_listener(netns, pod, 6) || mc_lookup_listener6(ctx, pod, to)) {
 		slot = mc_slot_claim6(netns, (const __u32 *)dst, dport, to);
 		if (slot) {
-			bpf_sk_storage_delete(&mc_apporig, sk);
+			mc_drop_orig(sk);
 			return bpf_htonl(slot);
 		}
 	}

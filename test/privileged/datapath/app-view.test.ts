@@ -42,6 +42,25 @@ print(json.dumps({
 }))
 `;
 
+// A TCP socket whose redirected connect() failed (DNS over TCP goes to the
+// proxy's 15053, where it answers UDP only) and that then connects again:
+// its peer is the new destination, redirected or not, never the old one.
+const AGAIN = `
+import json, socket
+def again(host, port):
+    s = socket.socket()  # blocking: with a timeout Python's second connect() fails ECONNABORTED
+    try:
+        s.connect(("${SRV4}", 53))
+        first = "connected"
+    except ConnectionRefusedError:
+        first = "refused"
+    s.connect((host, port))
+    out = {"first": first, "peer": list(s.getpeername()[:2])}
+    s.close()
+    return out
+print(json.dumps({"captured": again("${SRV4}", 80), "direct": again("127.0.0.1", 15001)}))
+`;
+
 describeModes('what the app sees of its redirected sockets, %s mode', (mode) => {
   const lab = new Lab();
   let dp: Driver;
@@ -88,5 +107,12 @@ describeModes('what the app sees of its redirected sockets, %s mode', (mode) => 
     expect(v.mapped!.sock[0]).toBe(`::ffff:${POD4}`);
     expect(v.udp4!.peer).toEqual([SRV4, 53]);
     expect(v.udp4!.sock[0]).toBe(POD4);
+  });
+
+  it('a socket connected again after a refused redirect sees its new peer', async () => {
+    const hooked = mode === 'iptables' || existsSync(pinLayout(dp.ebpf!.pinRoot).link('mc_getpeername4'));
+    const v = await appPython<Record<string, { first: string; peer: [string, number] }>>(pod.name, AGAIN);
+    expect(v.captured).toEqual({ first: 'refused', peer: hooked ? [SRV4, 80] : ['127.0.0.1', 15001] });
+    expect(v.direct).toEqual({ first: 'refused', peer: ['127.0.0.1', 15001] });
   });
 });
