@@ -84,24 +84,26 @@ export function v6SpillAt([low, high]: [number, number]): number {
 }
 
 /**
- * The pod's routing table for the replies of its redirected connections
- * (`local <pod IPv4> dev lo`), looked up by `pref 0 from 127.0.0.0/8 to
- * <pod IPv4> ipproto tcp` ahead of the local table. A redirected connection
- * leaves from the pod's address, and the kernel caches no route to it through
- * the pod's interface: this one it caches (native/addon/src/netns_routes.cc,
- * docs/datapath.md). 15001 is the outbound port: the table of its replies.
+ * The replies' route that eBPF-mode builds from 0b6b34f to eed882e (2026-11-30
+ * 17:09-20:40 UTC) added at ADD: `local <pod IPv4> dev lo` in table 15001,
+ * looked up by `pref 0 from 127.0.0.0/8 to <pod IPv4> ipproto tcp` ahead of
+ * the local table. It made the proxy's replies to the pod's address take a
+ * route the kernel caches, but a rule in a netns sends every route lookup
+ * there through the rules and splits the local and main tables, which cost
+ * the whole path (the proxy's upstream connections and the pod's interface)
+ * more than the replies gained (docs/bench-datapath.md, "The replies' route,
+ * taken back"). No build adds it any more; unregister takes it out of a pod
+ * that has it.
  */
 export const REPLY_ROUTE_TABLE = 15001;
-/** The route protocol meshcap's reply routes carry (`ip route show table 15001` says `proto 109`): no one else's number in iproute2's list. */
+/** The route protocol those reply routes carry (`ip route show table 15001` says `proto 109`). */
 export const REPLY_ROUTE_PROTOCOL = 109;
 
-/** Routes the replies of redirected connections to the pod's IPv4 addresses on lo; addresses the netns does not have are left alone. */
-export function addReplyRoutes(netnsPath: string, podIPs: readonly string[]): void {
-  const v4 = podIPs.filter((ip) => !ip.includes(':'));
-  if (v4.length > 0) bpf.netnsReplyRoutes(netnsPath, 'add', v4, REPLY_ROUTE_TABLE, REPLY_ROUTE_PROTOCOL);
-}
-
-/** Takes addReplyRoutes' rules and routes out again; a netns that is gone has nothing to take out. */
+/**
+ * Takes the replies' route (above) out of a pod an earlier build gave it; a
+ * pod without it (one dump of its rules, which needs no CAP_NET_ADMIN), or a
+ * netns that is gone, has nothing to take out.
+ */
 export function removeReplyRoutes(netnsPath: string, podIPs: readonly string[]): void {
   const v4 = podIPs.filter((ip) => !ip.includes(':'));
   if (v4.length === 0 || !existsSync(netnsPath)) return;

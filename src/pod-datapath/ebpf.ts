@@ -12,7 +12,7 @@ import * as bpf from '../native/addon.js';
 import { MAP, type McStats } from '../maps/layout.js';
 import { PodMaps, type KeySnapshot } from '../maps/registry.js';
 import type { CaptureConfig } from '../redirect/config.js';
-import { addPassthroughV6, addReplyRoutes, ephemeralPorts, netnsCookie, netnsProblem, removeReplyRoutes, REPLY_ROUTE_TABLE, v6SpillAt } from '../pod-netns.js';
+import { addPassthroughV6, ephemeralPorts, netnsCookie, netnsProblem, removeReplyRoutes, v6SpillAt } from '../pod-netns.js';
 import type { PodBackend, PodSetup, RemoveOutcome } from './backend.js';
 import { attachPodInbound, detachPodInbound, hasPodInbound, linkProvesNetns, linksProveNetns, linksProveNetnsAsync } from './ebpf-inbound.js';
 import { InboundPool } from './inbound-pool.js';
@@ -92,18 +92,6 @@ export class EbpfBackend implements PodBackend {
     } else {
       detachPodInbound(this.pinRoot, netns);
     }
-    try {
-      addReplyRoutes(p.netns, p.podIPs);
-    } catch (e) {
-      // a failed ADD leaves nothing of the pod (its runtime tears it down)
-      try {
-        removeReplyRoutes(p.netns, p.podIPs);
-      } catch {
-        // the error below says what failed first
-      }
-      this.remove(netns, p.netns);
-      throw new Error(`cannot route the replies of redirected connections on lo (table ${REPLY_ROUTE_TABLE}): ${e instanceof Error ? e.message : String(e)}`, { cause: e });
-    }
     return netns;
   }
 
@@ -111,6 +99,7 @@ export class EbpfBackend implements PodBackend {
     // Keyed by cookie: works without the netns (the sk_lookup link is defunct then).
     if (cookie === null) throw new Error('eBPF record without a netns cookie');
     this.remove(cookie, p.netns);
+    // what the builds of 2026-11-30 16:50-20:00 UTC added at ADD (pod-netns.ts)
     removeReplyRoutes(p.netns, p.podIPs);
     return 'removed';
   }

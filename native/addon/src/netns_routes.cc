@@ -15,6 +15,12 @@
 // traffic to its address (UDP, or from the address itself) keeps the
 // kernel's route.
 //
+// Taken back (2026-11-30): a rule in a netns sends every route lookup there
+// through the rules, which cost the pod's other traffic more than the
+// replies gained (docs/bench-datapath.md). No build adds them any more;
+// `remove` takes them out of pods the builds from 0b6b34f to eed882e gave
+// them, and `add` stays so the tests can make such a pod.
+//
 // add:    a route `local ADDR dev lo src ADDR` in `table` for each address the
 //         netns has as local (others are left alone), a rule
 //         `pref 0 from 127.0.0.0/8 to ADDR ipproto tcp lookup table` for each,
@@ -22,9 +28,10 @@
 //         them, still at pref 0: moving it to another pref would put rules a
 //         pod may have at low prefs, e.g. source-based routing, before it).
 // remove: the rules and routes again; the local table's rule stays first.
+//         Nothing but one dump where the netns has no rule of ours.
 // Every step can be repeated (a retried ADD, an agent restarted mid-way).
-// A first add and a remove take 4-5 requests and no dump; a repeated add
-// reads the rules once to check their order.
+// A first add takes 4-5 requests and no dump; a repeated add reads the
+// rules once to check their order.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <linux/fib_rules.h>
@@ -353,6 +360,17 @@ class ReplyRoutes {
   }
 
   void Remove(const std::vector<uint32_t>& addrs) {
+    // Looked at first (a dump needs no CAP_NET_ADMIN): in a netns without
+    // rules of ours, which is every pod registered since the route was taken
+    // back, nothing is written. Even a rule added and deleted again would
+    // leave its route lookups on the rules' path for good: the kernel never
+    // merges the local and main tables back.
+    std::vector<RuleSeen> rules;
+    if (!Rules(&rules)) return;
+    bool any = false;
+    for (const auto& s : rules)
+      for (uint32_t a : addrs) any = any || IsOurs(s, a);
+    if (!any) return;
     // A local rule after ours first, so one is there throughout; then ours,
     // then the first local rule: the one that had moved after ours, or,
     // where there were none of ours, the one that was there (the second,

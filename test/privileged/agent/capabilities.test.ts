@@ -61,9 +61,8 @@ const netAdminForSockhash = !sockhashWithoutNetAdmin();
 const EXPECTED: Record<TestMode, Record<Cap, Step | null>> = {
   // NET_ADMIN's BPF uses are also granted by SYS_ADMIN (bpf_net_capable) on
   // newer kernels; where a sockhash still needs NET_ADMIN the start refuses
-  // eBPF mode, saying which capability (checked below); else the ADD does,
-  // whose route of the proxy's replies is written in the pod's netns
-  ebpf: { net_admin: netAdminForSockhash ? 'start' : 'add', sys_admin: 'start', sys_ptrace: 'repair', dac_override: cgroupRootWritable ? null : 'start' },
+  // eBPF mode, saying which capability (checked below)
+  ebpf: { net_admin: netAdminForSockhash ? 'start' : null, sys_admin: 'start', sys_ptrace: 'repair', dac_override: cgroupRootWritable ? null : 'start' },
   iptables: { net_admin: 'add', sys_admin: 'add', sys_ptrace: 'repair', dac_override: null },
 };
 
@@ -186,7 +185,6 @@ describeModes('the agent with only its named capabilities, %s mode', (mode) => {
     expect(r.step, `without ${cap}: ${r.why}`).toBe(want ?? 'ok');
     // the refusal names what is missing: a capability, not a kernel too old
     if (mode === 'ebpf' && cap === 'net_admin' && want === 'start') expect(r.why).toMatch(/map_type\.sockhash not permitted to the agent .*CAP_NET_ADMIN/);
-    if (mode === 'ebpf' && cap === 'net_admin' && want === 'add') expect(r.why).toMatch(/RTM_NEWROUTE .*EPERM.*CAP_NET_ADMIN/);
   });
 
   it('every capability in the set breaks something in at least one mode on this host (else it is not needed)', () => {
