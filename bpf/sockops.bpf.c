@@ -70,34 +70,25 @@ MC_INLINE bool mc_loopback4(__u32 a)
 	return (a & bpf_htonl(0xff000000)) == bpf_htonl(0x7f000000);
 }
 
-MC_INLINE bool mc_remote_loopback(struct bpf_sock_ops *s)
-{
-	__u32 w0, w1, w2, w3;
+/* Where this socket's remote address is: off loopback, on it, or the host's
+ * own loopback address exactly (127.0.0.1, ::ffff:127.0.0.1, ::1). */
+enum mc_lo { MC_LO_NONE, MC_LO_ANY, MC_LO_HOST };
 
-	if (s->family == AF_INET) {
-		w3 = s->remote_ip4;
-		barrier_var(w3);
-		return mc_loopback4(w3);
-	}
-	w0 = s->remote_ip6[0];
-	w1 = s->remote_ip6[1];
-	w2 = s->remote_ip6[2];
-	w3 = s->remote_ip6[3];
-	barrier_var(w3);
-	if (w0 != 0 || w1 != 0)
-		return false;
-	return w2 == bpf_htonl(0x0000ffff) ? mc_loopback4(w3) : w2 == 0 && w3 == bpf_htonl(1);
+MC_INLINE enum mc_lo mc_lo4(__u32 a)
+{
+	if (a == bpf_htonl(0x7f000001))
+		return MC_LO_HOST;
+	return mc_loopback4(a) ? MC_LO_ANY : MC_LO_NONE;
 }
 
-/* Is this socket's remote 127.0.0.1, ::ffff:127.0.0.1 or ::1 exactly? */
-MC_INLINE bool mc_remote_host_loopback(struct bpf_sock_ops *s)
+MC_INLINE enum mc_lo mc_remote_lo(struct bpf_sock_ops *s)
 {
 	__u32 w0, w1, w2, w3;
 
 	if (s->family == AF_INET) {
 		w3 = s->remote_ip4;
 		barrier_var(w3);
-		return w3 == bpf_htonl(0x7f000001);
+		return mc_lo4(w3);
 	}
 	w0 = s->remote_ip6[0];
 	w1 = s->remote_ip6[1];
@@ -105,8 +96,10 @@ MC_INLINE bool mc_remote_host_loopback(struct bpf_sock_ops *s)
 	w3 = s->remote_ip6[3];
 	barrier_var(w3);
 	if (w0 != 0 || w1 != 0)
-		return false;
-	return w2 == bpf_htonl(0x0000ffff) ? w3 == bpf_htonl(0x7f000001) : w2 == 0 && w3 == bpf_htonl(1);
+		return MC_LO_NONE;
+	if (w2 == bpf_htonl(0x0000ffff))
+		return mc_lo4(w3);
+	return w2 == 0 && w3 == bpf_htonl(1) ? MC_LO_HOST : MC_LO_NONE;
 }
 
 MC_INLINE bool mc_local_loopback(struct bpf_sock_ops *s)
@@ -169,9 +162,13 @@ MC_INLINE void mc_on_connect(struct bpf_sock_ops *s)
 	struct bpf_sock *sk = s->sk;
 	struct mc_tuple t = {};
 	struct mc_orig *o;
+	enum mc_lo lo;
 	__u64 cookie;
 
-	if (!sk || !mc_remote_loopback(s))
+	if (!sk)
+		return;
+	lo = mc_remote_lo(s);
+	if (lo == MC_LO_NONE)
 		return;
 	/* connect4/6 left the original destination in the socket's storage
 	 * (it stays there for the app's getpeername). */
@@ -192,7 +189,7 @@ MC_INLINE void mc_on_connect(struct bpf_sock_ops *s)
 	 * connection, the node's and the pods' own, returns here: the cookie
 	 * (made on first use) and a lookup of a random key in the LRU cost
 	 * about 0.2 µs of every connect (docs/bench-datapath.md). */
-	if (!mc_remote_host_loopback(s) || !mc_pod_of(bpf_get_netns_cookie(s)))
+	if (lo != MC_LO_HOST || !mc_pod_of(bpf_get_netns_cookie(s)))
 		return;
 	cookie = bpf_get_socket_cookie(s);
 	o = bpf_map_lookup_elem(&mc_sockorig, &cookie);
