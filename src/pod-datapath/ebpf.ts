@@ -99,7 +99,7 @@ export class EbpfBackend implements PodBackend {
     // Keyed by cookie: works without the netns (the sk_lookup link is defunct then).
     if (cookie === null) throw new Error('eBPF record without a netns cookie');
     this.remove(cookie, p.netns);
-    // what the builds of 2026-11-30 16:50-20:00 UTC added at ADD (pod-netns.ts)
+    // the replies' route the builds from 0b6b34f to eed882e added at ADD (pod-netns.ts)
     removeReplyRoutes(p.netns, p.podIPs);
     return 'removed';
   }
