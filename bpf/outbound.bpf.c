@@ -11,6 +11,19 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/*
+ * Set by the loader where peername.bpf.o's programs are attached in the same
+ * load (src/loader/manifest.ts): then an unbound IPv4 socket sent to a slot
+ * is not bound to the pod's address (mc_connect4). Its connection runs
+ * 127.0.0.1 -> 127.S, and the views say what REDIRECT's would: the app's
+ * getsockname() and the proxy's accept()/getpeername() give the pod's
+ * address (peername.bpf.c). On the wire it saves what the pod's address
+ * costs: bpf_bind, and a route the kernel allocates and frees for each
+ * SYN-ACK and accepted socket, since a local route of the pod's interface
+ * is never cached for output over lo (docs/bench-datapath.md).
+ */
+const volatile __u8 mc_src_view = 0;
+
 enum mc_verdict { MC_PASS, MC_TO_OUTBOUND, MC_TO_INBOUND, MC_TO_DNS };
 
 MC_INLINE bool mc_is_host_loopback(const __u8 a[16])
@@ -199,7 +212,9 @@ MC_INLINE __u16 mc_connect(struct bpf_sock_addr *ctx, struct bpf_sock *sk, __u64
  * REDIRECT a socket the app bound keeps its address, and bpf_bind would not
  * refuse one bound with IP_BIND_ADDRESS_NO_PORT (no port yet, so __inet_bind
  * takes it as unbound) but replace the app's address with the pod's first.
- * (A socket bound with a port is refused, EINVAL, either way.)
+ * (A socket bound with a port is refused, EINVAL, either way.) An IPv4
+ * connection sent to a slot gets the pod's address from the views instead
+ * where they are attached (mc_src_view).
  */
 MC_INLINE void mc_bind_pod4(struct bpf_sock_addr *ctx, const struct mc_pod *pod)
 {
@@ -545,9 +560,15 @@ int mc_connect4(struct bpf_sock_addr *ctx)
 	netns = bpf_get_netns_cookie(ctx);
 	to = mc_connect(ctx, sk, netns, dst, src, bpf_ntohs(ctx->user_port), tcp, &pod, &orig, &slotted);
 	if (to && pod) {
-		if (mc_is_unspecified(src))
+		__u32 a = slotted ? mc_slotted_addr4(ctx, sk, netns, pod, dst, orig.port, to, &orig) : bpf_htonl(0x7f000001);
+
+		/* A slot names the connection on both ends, so the views can name
+		 * the pod's address for it (mc_src_view): the socket is left for
+		 * routing, which picks 127.0.0.1. 127.0.0.1:15001 names nothing,
+		 * so a connection sent there keeps the bind. */
+		if (mc_is_unspecified(src) && !(mc_src_view && a != bpf_htonl(0x7f000001)))
 			mc_bind_pod4(ctx, pod);
-		ctx->user_ip4 = slotted ? mc_slotted_addr4(ctx, sk, netns, pod, dst, orig.port, to, &orig) : bpf_htonl(0x7f000001);
+		ctx->user_ip4 = a;
 		ctx->user_port = bpf_htons(to);
 	}
 	return 1;
@@ -580,8 +601,6 @@ int mc_connect6(struct bpf_sock_addr *ctx)
 	netns = bpf_get_netns_cookie(ctx);
 	to = mc_connect(ctx, sk, netns, dst, src, bpf_ntohs(ctx->user_port), tcp, &pod, &orig, &slotted);
 	if (to && pod) {
-		if (mc_is_unspecified(src))
-			mc_bind_pod6(ctx, pod, mc_is_v4mapped(dst));
 		/* REDIRECT semantics: locally generated traffic goes to 127.0.0.1 / ::1
 		 * (or a slot of either); a v4-mapped destination stays v4-mapped. The words are decided
 		 * first and stored once, each at its own offset (barrier_var): with
@@ -590,9 +609,14 @@ int mc_connect6(struct bpf_sock_addr *ctx)
 		 * of modified ctx ptr"); clang 14 did not. */
 		__u32 w0 = 0, w2 = 0, w3 = bpf_htonl(1);
 
+		bool bind = mc_is_unspecified(src);
+
 		if (mc_is_v4mapped(dst)) {
 			w2 = bpf_htonl(0x0000ffff);
 			w3 = slotted ? mc_slotted_addr4(ctx, sk, netns, pod, dst, orig.port, to, &orig) : bpf_htonl(0x7f000001);
+			/* as in mc_connect4: a slot's views name the pod's address */
+			if (mc_src_view && w3 != bpf_htonl(0x7f000001))
+				bind = false;
 		} else if (slotted) {
 			__u32 slot = mc_slotted_addr6(ctx, sk, netns, pod, dst, src, orig.port, to, &orig);
 
@@ -601,6 +625,10 @@ int mc_connect6(struct bpf_sock_addr *ctx)
 				w3 = slot;
 			}
 		}
+		/* mc_slotted_addr6 took a slot only for a socket bound to the
+		 * pod's address, by the app or here */
+		if (bind)
+			mc_bind_pod6(ctx, pod, mc_is_v4mapped(dst));
 		barrier_var(w0);
 		barrier_var(w2);
 		barrier_var(w3);

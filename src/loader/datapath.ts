@@ -157,11 +157,14 @@ async function loadInto(opts: { pinRoot: string; objectDir?: string; mapSizes?: 
   const unavailable: LoadResult['unavailable'] = [];
   const optional = probeOptionalFeatures();
   const mapSizes = effectiveMapSizes(L.maps, { ...DEFAULT_MAP_SIZES, ...opts.mapSizes });
+  // objects whose every program is attached by this load (rodataAttached)
+  const attached = new Set<string>();
   for (const spec of NODE_OBJECTS) {
     const obj = bpf.openObject(objectPath(spec.file, opts.objectDir), { mapPinDir: L.maps });
     try {
       setMapSizes(obj, mapSizes.map((s) => [s.name, s.maxEntries] as const));
       for (const [name, feature] of Object.entries(spec.rodata ?? {})) obj.setRodata(name, Buffer.from([optional[feature] ? 1 : 0]));
+      for (const [name, file] of Object.entries(spec.rodataAttached ?? {})) obj.setRodata(name, Buffer.from([attached.has(file) ? 1 : 0]));
       try {
         await obj.load();
       } catch (e) {
@@ -198,6 +201,7 @@ async function loadInto(opts: { pinRoot: string; objectDir?: string; mapSizes?: 
           });
         }
       }
+      attached.add(spec.file);
     } finally {
       obj.close();
     }

@@ -17,6 +17,8 @@ export interface ObjectSpec {
   optional?: boolean;
   /** `const volatile __u8` flags in its .rodata, set to 1 where the optional feature probes ok. */
   rodata?: Record<string, OptionalFeature>;
+  /** `const volatile __u8` flags set to 1 where the named optional object, earlier in NODE_OBJECTS, was attached in the same load. */
+  rodataAttached?: Record<string, string>;
 }
 
 /**
@@ -45,14 +47,18 @@ export const NODE_OBJECTS: ObjectSpec[] = [
       { name: 'mc_recvmsg6', attachType: 'CGROUP_UDP6_RECVMSG' },
     ],
   },
-  // The app's getpeername as under iptables REDIRECT (the original
-  // destination). Optional: the hooks are 5.8+, and without them only the
-  // app's view of its own socket's peer differs.
+  // The views as under iptables REDIRECT: the app's getpeername (the
+  // original destination); for a slotted IPv4 connection the app's
+  // getsockname and the proxy's peer (the pod's address). Optional: the hooks
+  // are 5.8+; without them the app's view of its own socket's peer differs,
+  // and connect4 binds the pod's address (mc_src_view 0).
   {
     file: 'peername.bpf.o',
     cgroup: [
       { name: 'mc_getpeername4', attachType: 'CGROUP_INET4_GETPEERNAME' },
       { name: 'mc_getpeername6', attachType: 'CGROUP_INET6_GETPEERNAME' },
+      { name: 'mc_getsockname4', attachType: 'CGROUP_INET4_GETSOCKNAME' },
+      { name: 'mc_getsockname6', attachType: 'CGROUP_INET6_GETSOCKNAME' },
     ],
     optional: true,
   },
@@ -62,6 +68,7 @@ export const NODE_OBJECTS: ObjectSpec[] = [
       { name: 'mc_connect4', attachType: 'CGROUP_INET4_CONNECT' },
       { name: 'mc_connect6', attachType: 'CGROUP_INET6_CONNECT' },
     ],
+    rodataAttached: { mc_src_view: 'peername.bpf.o' },
   },
 ];
 

@@ -102,10 +102,10 @@ export interface Driver {
 }
 
 /** opts.mapSizes: eBPF mode's sized maps (src/loader/map-sizes.ts), defaults otherwise. */
-export async function makeDriver(mode: TestMode, opts: { mapSizes?: Partial<MapSizes> } = {}): Promise<Driver> {
+export async function makeDriver(mode: TestMode, opts: { mapSizes?: Partial<MapSizes>; objectDir?: string } = {}): Promise<Driver> {
   if (mode === 'ebpf') {
     const pinRoot = testPinRoot();
-    await loadDatapath({ pinRoot, mapSizes: opts.mapSizes });
+    await loadDatapath({ pinRoot, mapSizes: opts.mapSizes, objectDir: opts.objectDir });
     const pods = new EbpfBackend(pinRoot);
     const cookies = new Map<string, bigint>();
     const cookie = async (p: string) => cookies.get(p) ?? (await netnsCookie(p));
