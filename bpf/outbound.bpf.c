@@ -24,6 +24,14 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
  */
 const volatile __u8 mc_src_view = 0;
 
+/* An IPv4 connection sent to lo (network order) gets the pod's address from
+ * the views, not a bind: lo is a slot, which names the connection on both
+ * ends (127.0.0.1:15001 names nothing), and the views are attached. */
+MC_INLINE bool mc_src_in_views(__u32 lo)
+{
+	return mc_src_view && lo != bpf_htonl(0x7f000001);
+}
+
 enum mc_verdict { MC_PASS, MC_TO_OUTBOUND, MC_TO_INBOUND, MC_TO_DNS };
 
 MC_INLINE bool mc_is_host_loopback(const __u8 a[16])
@@ -562,11 +570,8 @@ int mc_connect4(struct bpf_sock_addr *ctx)
 	if (to && pod) {
 		__u32 a = slotted ? mc_slotted_addr4(ctx, sk, netns, pod, dst, orig.port, to, &orig) : bpf_htonl(0x7f000001);
 
-		/* A slot names the connection on both ends, so the views can name
-		 * the pod's address for it (mc_src_view): the socket is left for
-		 * routing, which picks 127.0.0.1. 127.0.0.1:15001 names nothing,
-		 * so a connection sent there keeps the bind. */
-		if (mc_is_unspecified(src) && !(mc_src_view && a != bpf_htonl(0x7f000001)))
+		/* else the socket is left to routing, which picks 127.0.0.1 */
+		if (mc_is_unspecified(src) && !mc_src_in_views(a))
 			mc_bind_pod4(ctx, pod);
 		ctx->user_ip4 = a;
 		ctx->user_port = bpf_htons(to);
@@ -614,8 +619,7 @@ int mc_connect6(struct bpf_sock_addr *ctx)
 		if (mc_is_v4mapped(dst)) {
 			w2 = bpf_htonl(0x0000ffff);
 			w3 = slotted ? mc_slotted_addr4(ctx, sk, netns, pod, dst, orig.port, to, &orig) : bpf_htonl(0x7f000001);
-			/* as in mc_connect4: a slot's views name the pod's address */
-			if (mc_src_view && w3 != bpf_htonl(0x7f000001))
+			if (mc_src_in_views(w3))
 				bind = false;
 		} else if (slotted) {
 			__u32 slot = mc_slotted_addr6(ctx, sk, netns, pod, dst, src, orig.port, to, &orig);

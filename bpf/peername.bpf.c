@@ -95,8 +95,8 @@ int mc_getsockname6(struct bpf_sock_addr *ctx)
 	__u32 p0, p1, p2, p3, a;
 	__u16 port;
 
-	if (!sk || ctx->type != SOCK_STREAM || ctx->user_ip6[3] != MC_LO4 || ctx->user_ip6[2] != bpf_htonl(0x0000ffff) ||
-	    ctx->user_ip6[1] != 0 || ctx->user_ip6[0] != 0)
+	if (!sk || ctx->type != SOCK_STREAM || ctx->user_ip6[3] != MC_LO4 ||
+	    !mc_v4mapped_words(ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2]))
 		return 1;
 	p0 = sk->dst_ip6[0];
 	p1 = sk->dst_ip6[1];
@@ -104,7 +104,7 @@ int mc_getsockname6(struct bpf_sock_addr *ctx)
 	p3 = sk->dst_ip6[3];
 	barrier_var(p3);
 	port = sk->dst_port;
-	if (p0 == 0 && p1 == 0 && p2 == bpf_htonl(0x0000ffff) && mc_slotted_lo4(ctx, p3, bpf_ntohs(port), &a))
+	if (mc_v4mapped_words(p0, p1, p2) && mc_slotted_lo4(ctx, p3, bpf_ntohs(port), &a))
 		ctx->user_ip6[3] = a;
 	return 1;
 }
@@ -161,7 +161,7 @@ int mc_getpeername6(struct bpf_sock_addr *ctx)
 		w[3] = ctx->user_ip6[3];
 		/* a dual-stack proxy's socket of a slotted IPv4 connection:
 		 * ::ffff:127.S:15001 <- ::ffff:127.0.0.1 (mc_getpeername4) */
-		if (w[0] == 0 && w[1] == 0 && w[2] == bpf_htonl(0x0000ffff) && w[3] == MC_LO4 && ctx->type == SOCK_STREAM) {
+		if (mc_v4mapped_words(w[0], w[1], w[2]) && w[3] == MC_LO4 && ctx->type == SOCK_STREAM) {
 			struct bpf_sock *sk = ctx->sk;
 			__u32 l0, l1, l2, l3, a;
 
@@ -172,12 +172,11 @@ int mc_getpeername6(struct bpf_sock_addr *ctx)
 			l2 = sk->src_ip6[2];
 			l3 = sk->src_ip6[3];
 			barrier_var(l3);
-			if (l0 == 0 && l1 == 0 && l2 == bpf_htonl(0x0000ffff) &&
-			    mc_slotted_lo4(ctx, l3, (__u16)sk->src_port, &a))
+			if (mc_v4mapped_words(l0, l1, l2) && mc_slotted_lo4(ctx, l3, (__u16)sk->src_port, &a))
 				ctx->user_ip6[3] = a;
 			return 1;
 		}
-		if (w[0] != 0 || w[1] != 0 || w[2] != bpf_htonl(0x0000ffff)) {
+		if (!mc_v4mapped_words(w[0], w[1], w[2])) {
 			/* an IPv6 destination's slot: 100::S */
 			struct mc_slot6 *v6;
 

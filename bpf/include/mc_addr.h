@@ -26,10 +26,17 @@ MC_INLINE void mc_v6copy(__u8 out[16], const __u32 ip6[4])
 	__builtin_memcpy(out, ip6, 16);
 }
 
+/* The first three words of a v4-mapped address (::ffff:0:0/96), for words
+ * a program loaded one by one from a ctx or socket field. */
+MC_INLINE bool mc_v4mapped_words(__u32 w0, __u32 w1, __u32 w2)
+{
+	return w0 == 0 && w1 == 0 && w2 == bpf_htonl(0x0000ffff);
+}
+
 MC_INLINE bool mc_is_v4mapped(const __u8 a[16])
 {
 	const __u32 *w = (const __u32 *)a;
-	return w[0] == 0 && w[1] == 0 && w[2] == bpf_htonl(0x0000ffff);
+	return mc_v4mapped_words(w[0], w[1], w[2]);
 }
 
 /* 127.0.0.0/8 or ::1 or ::ffff:127.0.0.0/104 */
